@@ -1,0 +1,1 @@
+"""Pure tensor functions of the algorithm: advantages, policy losses, KL estimators, aggregation."""

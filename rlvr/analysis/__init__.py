@@ -1,0 +1,1 @@
+"""Analysis: pass@k, entropy and run reports."""

@@ -1,0 +1,167 @@
+"""The `rlvr` command: train, eval, pretrain, list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlvr.config import ConfigError, load_config
+from rlvr.models.loading import ModelNotFoundError
+
+EXAMPLES = """examples:
+  rlvr train                                   # tiny model, GRPO on 3-digit addition (the default)
+  rlvr train examples/arithmetic.toml algo.kl_coef=0.02 train.steps=50
+  rlvr train model.name=Qwen/Qwen2.5-0.5B-Instruct task.name=countdown
+  rlvr train --resume runs/arithmetic-20261130-101500
+  rlvr eval runs/arithmetic-20261130-101500/final --task arithmetic
+  rlvr pretrain --task countdown               # build the warm-started tiny model only
+  rlvr list rewards
+"""
+
+KINDS = ("advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "presets")
+
+
+def _config(path: str | None, overrides: list[str], quiet: bool):
+    # a first positional that contains '=' is an override, not a file
+    if path and "=" in path:
+        overrides, path = [path, *overrides], None
+    cfg = load_config(path, overrides)
+    if quiet:
+        cfg.log.quiet = True
+    return cfg
+
+
+def cmd_train(args) -> None:
+    from rlvr.train.trainer import Trainer
+
+    if args.resume:
+        from rlvr.train.rundir import RunDir
+
+        run = RunDir(Path(args.resume))
+        overrides = ([args.config] if args.config else []) + args.overrides
+        data = run.load_config().model_dump(mode="json")
+        cfg = load_config(None, [f"{k}={json.dumps(v)}" for k, v in _flatten(data)] + overrides)
+        if args.quiet:
+            cfg.log.quiet = True
+        Trainer(cfg, resume=run.path).run()
+    else:
+        Trainer(_config(args.config, args.overrides, args.quiet)).run()
+
+
+def _flatten(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if isinstance(value, dict) and key != "rewards":
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key, value
+
+
+def cmd_pretrain(args) -> None:
+    from rlvr.train.display import Display
+    from rlvr.train.setup import build_components
+    from rlvr.train.trainer import load_policy
+    from rlvr.train.warmstart import warm_start_path
+
+    cfg = _config(args.config, [f"task.name={args.task}", *args.overrides], args.quiet)
+    components = build_components(cfg)
+    load_policy(cfg, components, Display(cfg.log.quiet))
+    print(warm_start_path(cfg))
+
+
+def cmd_eval(args) -> None:
+    from rlvr.envs.single_turn import SingleTurnEnv
+    from rlvr.models.loading import load_model
+    from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
+    from rlvr.train.evaluate import evaluate
+    from rlvr.train.setup import build_components
+
+    cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
+    components = build_components(cfg)
+    model, tokenizer = load_model(args.model, cfg.model.dtype, cfg.model.trust_remote_code)
+    r = cfg.rollout
+    runner = EpisodeRunner(
+        HFEngine(model, tokenizer), tokenizer,
+        lambda: SingleTurnEnv(components.reward, components.verifier),
+        SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop)),
+    )
+    metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
+    print(json.dumps(metrics, indent=2))
+
+
+def cmd_list(args) -> None:
+    from rlvr.registry import describe
+
+    kinds = [args.kind] if args.kind else list(KINDS)
+    for kind in kinds:
+        print(f"{kind}:")
+        for name, doc in describe(registry(kind)):
+            print(f"  {name:<14} {doc}")
+
+
+def registry(kind: str) -> dict:
+    if kind == "advantages":
+        from rlvr.algos.advantages import ADVANTAGES as found
+    elif kind == "losses":
+        from rlvr.algos.losses import LOSSES as found
+    elif kind == "kl":
+        from rlvr.algos.kl import KL_ESTIMATORS as found
+    elif kind == "aggregations":
+        from rlvr.algos.losses import AGGREGATIONS as found
+    elif kind == "rewards":
+        from rlvr.rewards import REWARDS as found
+    elif kind == "tasks":
+        from rlvr.tasks import TASKS as found
+    elif kind == "envs":
+        from rlvr.envs import ENVS as found
+    else:
+        from rlvr.models.tiny import PRESETS
+
+        found = {name: f"hidden {h}, layers {n}, heads {a}, mlp {f}" for name, (h, n, a, f) in PRESETS.items()}
+    return found
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="rlvr",
+        description="Post-train language models with RL from verifiable rewards.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = root.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("config", nargs="?", help="TOML/YAML config file (optional)")
+        p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.steps=50")
+        p.add_argument("--quiet", action="store_true", help="log lines instead of a progress bar")
+        return p
+
+    train = with_config(sub.add_parser("train", help="run RL training (default: tiny model, arithmetic)"))
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue runs/<name> from its newest checkpoint")
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="held-out greedy accuracy and pass@k of a model on a task")
+    ev.add_argument("model", help="model directory or hub id (e.g. runs/<name>/final)")
+    ev.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. task.digits=4")
+    ev.add_argument("--task", required=True, help="task name")
+    ev.add_argument("--config", help="TOML/YAML config file for task, rollout and eval settings")
+    ev.set_defaults(func=cmd_eval)
+
+    pre = with_config(sub.add_parser("pretrain", help="warm-start the tiny model on a task's demonstrations"))
+    pre.add_argument("--task", required=True, help="task name")
+    pre.set_defaults(func=cmd_pretrain)
+
+    ls = sub.add_parser("list", help="show the registries")
+    ls.add_argument("kind", nargs="?", choices=KINDS)
+    ls.set_defaults(func=cmd_list)
+    return root
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ConfigError, ModelNotFoundError) as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,264 @@
+"""One typed config tree for a run, loaded from TOML/YAML plus dotted command-line overrides.
+
+Every field's description is the documentation: `docs/config.md` is generated from it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A config problem found before any work starts; the message names the key and the fix."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    name: str = Field(
+        "tiny",
+        description="'tiny' for the embedded character-level model, else a Hugging Face hub id "
+        "or a local directory holding a causal LM and its tokenizer.",
+    )
+    preset: str = Field("nano", description="Size preset of the tiny model (see `rlvr list presets`).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype of the policy (and reference) model."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow hub models that ship their own modelling code."
+    )
+    pretrain_steps: int = Field(
+        600, gt=0, description="Tiny model only: supervised warm-start steps on task demonstrations."
+    )
+    pretrain_batch_size: int = Field(64, gt=0, description="Tiny model only: warm-start batch size.")
+    pretrain_lr: float = Field(2e-3, gt=0, description="Tiny model only: warm-start peak learning rate.")
+    pretrain_flawed_share: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="Tiny model only: share of warm-start demonstrations that make the task's "
+        "systematic mistake, so the base is imperfect and RL has work to do.",
+    )
+
+
+class TaskConfig(BaseModel):
+    """Built-in settings plus the task's own parameters (validated against the task's `Params`)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    name: str = Field("arithmetic", description="Task name from `rlvr list tasks`, or `module:Class`.")
+    eval_size: int = Field(200, gt=0, description="Number of held-out problems used for eval.")
+    rewards: dict[str, float] = Field(
+        default_factory=dict,
+        description="Reward components and weights, e.g. {numeric = 1.0, format = 0.1}. "
+        "Empty means the task's own verifier with weight 1.",
+    )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RolloutConfig(Section):
+    batch_size: int = Field(
+        128, gt=0, description="Completions sampled per RL step (prompts per step x group_size)."
+    )
+    group_size: int = Field(8, gt=0, description="Completions sampled per prompt.")
+    max_new_tokens: int = Field(48, gt=0, description="Generation budget per completion, in tokens.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (training logprobs use it too).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
+    top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens; 0 disables.")
+    stop: list[str] = Field(default_factory=list, description="Extra stop strings besides EOS.")
+
+
+class AlgoConfig(Section):
+    advantage: str = Field("grpo", description="Advantage estimator from `rlvr list advantages`.")
+    loss: str = Field("ppo_clip", description="Policy loss from `rlvr list losses`.")
+    loss_agg: str = Field("token-mean", description="How per-token losses are reduced (`rlvr list aggregations`).")
+    normalize_std: bool = Field(
+        True, description="GRPO: divide group-centred rewards by the group std (False = mean-only)."
+    )
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1: ratio >= 1 - clip_low.")
+    clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above 1: ratio <= 1 + clip_high (clip-higher when > clip_low).")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference; 0 loads no reference model.")
+    kl_estimator: str = Field("k3", description="KL estimator from `rlvr list kl` (k1 or k3).")
+    ppo_epochs: int = Field(1, gt=0, description="Optimisation passes over each rollout batch.")
+    minibatches: int = Field(1, gt=0, description="Optimizer steps per epoch; the rollout batch is split evenly.")
+
+
+class TrainConfig(Section):
+    steps: int = Field(100, gt=0, description="RL steps (each: sample a batch, score it, update).")
+    lr: float = Field(
+        1e-4, gt=0, description="Peak learning rate of AdamW (tuned for the tiny model; real models want ~1e-6)."
+    )
+    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warmup.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping threshold (global L2 norm).")
+    micro_batch_size: int = Field(
+        64, gt=0, description="Sequences per forward/backward; gradients accumulate up to the minibatch."
+    )
+    seed: int = Field(0, description="Global seed: data order, sampling (with step and sample index), init.")
+    eval_every: int = Field(20, ge=0, description="Run held-out eval every this many steps; 0 = only at start and end.")
+    eval_k: int = Field(4, gt=0, description="Samples per eval problem for pass@k (k = eval_k); 1 skips sampling.")
+    save_every: int = Field(50, ge=0, description="Write a checkpoint every this many steps; 0 = only at the end.")
+    max_bad_steps: int = Field(3, gt=0, description="Abort after this many consecutive non-finite steps.")
+
+
+class LogConfig(Section):
+    run_dir: str = Field("runs", description="Parent directory of run directories.")
+    name: str | None = Field(None, description="Run name; default is '<task>-<timestamp>'.")
+    quiet: bool = Field(False, description="Plain log lines instead of a live progress bar.")
+
+
+class Config(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
+    task: TaskConfig = Field(default_factory=TaskConfig, description="Where problems come from and how they are scored.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling.")
+    algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss and KL.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation and schedule.")
+    log: LogConfig = Field(default_factory=LogConfig, description="Run directory and display.")
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Config:
+        r, a, t = self.rollout, self.algo, self.train
+        if r.batch_size % r.group_size:
+            raise ValueError(
+                f"rollout.batch_size = {r.batch_size} is not divisible by rollout.group_size = "
+                f"{r.group_size}; fix: make batch_size a multiple of group_size, e.g. "
+                f"rollout.batch_size={max(1, r.batch_size // r.group_size) * r.group_size}"
+            )
+        if r.batch_size % a.minibatches:
+            raise ValueError(
+                f"algo.minibatches = {a.minibatches} does not divide rollout.batch_size = "
+                f"{r.batch_size}; fix: choose a divisor of the batch size"
+            )
+        minibatch = r.batch_size // a.minibatches
+        if minibatch % t.micro_batch_size and t.micro_batch_size < minibatch:
+            raise ValueError(
+                f"train.micro_batch_size = {t.micro_batch_size} does not divide the minibatch of "
+                f"{minibatch} sequences (rollout.batch_size / algo.minibatches); fix: choose a divisor"
+            )
+        return self
+
+    def hash(self) -> str:
+        """Hash of what determines the run's numbers (not where it logs)."""
+        import hashlib
+
+        data = self.model_dump(mode="json", exclude={"log": True, "train": {"steps"}})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys += _known_keys(ann, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def _parse_value(text: str) -> Any:
+    """Command-line values are YAML scalars/lists: 0.02, true, [add, mul], {numeric: 1.0}."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{key}': '{part}' is a value, not a section.")
+        node = child
+    node[parts[-1]] = value
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; fix: check the path (examples/ holds ready configs).")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"config file {path}: unknown extension; fix: use .toml, .yaml or .yml.")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections (model, task, ...).")
+    return data
+
+
+def _explain(error: ValidationError, data: dict[str, Any]) -> str:
+    lines = []
+    known = _known_keys(Config)
+    for err in error.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown key '{key}'.{suggest(key, known)} (see docs/config.md for every key)")
+            continue
+        value: Any = data
+        for part in err["loc"]:
+            value = value.get(part) if isinstance(value, dict) else None
+        msg = err["msg"].removeprefix("Value error, ")
+        if key:
+            lines.append(f"{key} = {value!r}: {msg}")
+        else:
+            lines.append(msg)
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def build_config(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, data)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a TOML/YAML file (or start from defaults) and apply `section.key=value` overrides."""
+    data = read_file(path) if path else {}
+    known = _known_keys(Config)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' has no '='; fix: write section.key=value, e.g. train.steps=50.")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        if "." not in key:
+            raise ConfigError(f"override '{item}': keys are dotted (section.key).{suggest(key, known)}")
+        _set_dotted(data, key, _parse_value(text))
+    return build_config(data)
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,71 @@
+"""The embedded default model: a character-level tokenizer and a tiny Llama, both plain HF objects."""
+
+from __future__ import annotations
+
+import string
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<pad>", "<unk>", "<|bos|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+CHARACTERS = string.printable.replace("\x0b", "").replace("\x0c", "")  # printable ASCII, \t \n \r
+
+# Every message is "<|role|>content<|end|>"; <|end|> doubles as EOS so a reply stops where
+# the template would close the assistant turn.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+# name -> (hidden size, layers, heads, MLP size); parameter counts with the ~110-token vocab.
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "nano": (128, 4, 4, 384),  # ~0.8 M
+    "micro": (192, 4, 6, 512),  # ~1.8 M
+    "small": (256, 6, 8, 768),  # ~4.8 M
+}
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level fast tokenizer with pad/bos/eos and a chat template."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<|bos|>",
+        eos_token="<|end|>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=SPECIAL_TOKENS[4:],
+        padding_side="left",
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+    """A freshly initialised Llama-architecture causal LM of the given preset."""
+    import torch
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    hidden, layers, heads, mlp = PRESETS[preset]
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        intermediate_size=mlp,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)

@@ -1,0 +1,52 @@
+"""Lookup in the plain-dict registries, with did-you-mean errors and `module:attr` plugins."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from rlvr.config import ConfigError, suggest
+
+
+def load_object(path: str) -> Any:
+    """Import `package.module:attr` (a user's own task, reward, estimator ...)."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import '{module_name}' for '{path}': {e}") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"module '{module_name}' has no attribute '{attr}' (from '{path}').") from None
+
+
+def lookup(registry: dict[str, Any], name: str, key: str, group: str | None = None) -> Any:
+    """Resolve `name` in `registry`, a `module:attr` path, or an installed entry point.
+
+    `key` is the config key the name came from, so the error can say what to change;
+    `group` is the entry-point group third-party packages register under (e.g. 'rlvr.rewards').
+    """
+    if name in registry:
+        return registry[name]
+    if ":" in name:
+        return load_object(name)
+    if group:
+        for ep in entry_points(group=group):
+            if ep.name == name:
+                return ep.load()
+    raise ConfigError(
+        f"{key} = {name!r} is not registered.{suggest(name, list(registry))} "
+        f"Known: {', '.join(sorted(registry))}; or give a 'module:attr' path to your own."
+    )
+
+
+def describe(registry: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, first docstring line) pairs for `rlvr list`."""
+    rows = []
+    for name, obj in sorted(registry.items()):
+        text = obj if isinstance(obj, str) else getattr(obj, "__doc__", None) or ""
+        doc = text.strip().splitlines()
+        rows.append((name, doc[0] if doc else ""))
+    return rows

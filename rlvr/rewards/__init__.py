@@ -1,0 +1,19 @@
+"""Rewards: verifiers that score a response against a Problem, and ways to combine them."""
+
+from rlvr.rewards.answers import extract_answer
+from rlvr.rewards.base import RewardFn, score_safely
+from rlvr.rewards.combine import weighted
+from rlvr.rewards.countdown import countdown_check
+from rlvr.rewards.format import format_reward
+from rlvr.rewards.match import exact_match, numeric_match
+from rlvr.rewards.math import math_equal
+
+__all__ = ["REWARDS", "RewardFn", "extract_answer", "score_safely", "weighted"]
+
+REWARDS: dict[str, RewardFn] = {
+    "exact": exact_match,
+    "numeric": numeric_match,
+    "math": math_equal,
+    "countdown": countdown_check,
+    "format": format_reward,
+}

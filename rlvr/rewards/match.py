@@ -1,0 +1,64 @@
+"""Compare the extracted final answer with the reference: as normalised strings, or as numbers."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from rlvr.rewards.answers import extract_answer
+from rlvr.types import Problem, Score
+
+
+def normalize(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip()).removesuffix(".").strip()
+
+
+# No exponents: Fraction("1e999999999") would try to build that integer.
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
+_TOLERANCE = Fraction(1, 10**6)
+
+
+def parse_number(text: str) -> Fraction | None:
+    """'1,234', '-3/4', '+0.5' -> an exact Fraction; anything else -> None."""
+    text = normalize(text).replace(",", "")
+    if not _NUMBER.fullmatch(text):
+        return None
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):  # a zero denominator, or too many digits
+        return None
+
+
+def numbers_equal(a: Fraction, b: Fraction) -> bool:
+    # Exact arithmetic: floats would overflow on a model's 400-digit "answer".
+    return abs(a - b) <= _TOLERANCE * max(abs(a), abs(b), 1)
+
+
+def _reference(problem: Problem) -> str:
+    if problem.answer is None:
+        raise ValueError(f"problem {problem.id} has no reference answer")
+    return problem.answer
+
+
+def exact_match(problem: Problem, response: str) -> Score:
+    """Final answer equals the reference as a string (whitespace and a trailing period ignored)."""
+    predicted = extract_answer(response)
+    if predicted is None:
+        return Score(0.0, "wrong", {"reason": "no answer found"})
+    if normalize(predicted) == normalize(_reference(problem)):
+        return Score(1.0, "ok")
+    return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})
+
+
+def numeric_match(problem: Problem, response: str) -> Score:
+    """Final answer equals the reference as a number ('1,234', '3/4', '-2.5'; tolerance 1e-6)."""
+    reference = parse_number(_reference(problem))
+    if reference is None:
+        raise ValueError(f"problem {problem.id}: reference {problem.answer!r} is not a number")
+    predicted = extract_answer(response)
+    value = None if predicted is None else parse_number(predicted)
+    if value is None:
+        return Score(0.0, "wrong", {"reason": f"no number found (answered {predicted!r})"})
+    if numbers_equal(value, reference):
+        return Score(1.0, "ok")
+    return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})

@@ -1,0 +1,43 @@
+"""The Engine protocol: token ids in, sampled token ids and their logprobs out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]  # under the distribution actually sampled from (after temperature/top-p/top-k)
+    finish_reason: str  # "eos" | "stop" | "length"
+    text: str = field(default="")
+
+
+class Engine(Protocol):
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Completion]:
+        """Sample one completion per prompt; `seeds[i]` alone determines prompt i's randomness."""
+        ...
+
+    def load_weights(self, state_dict: dict) -> None:
+        """Take the trainer's current weights (a no-op when the engine shares the training model)."""
+        ...
+
+
+def sample_seed(*parts: int) -> int:
+    """A 63-bit seed from (seed, stream, step, sample index): stable across runs and resumes."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)

@@ -1,0 +1,137 @@
+"""The embedded engine: batched KV-cached sampling with any HF causal LM, seeded per sample."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.rollout.engine import Completion, SamplingParams
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Log-probabilities of the distribution actually sampled from; filtered tokens get -inf.
+
+    logits: [B, V]. temperature 0 (greedy) leaves the distribution unscaled.
+    """
+    logits = logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    logprobs = F.log_softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_lp, order = logprobs.sort(dim=-1, descending=True)
+        mass_before = sorted_lp.exp().cumsum(-1) - sorted_lp.exp()
+        drop_sorted = mass_before >= top_p  # always keeps the most likely token
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logprobs = F.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
+    return logprobs
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if i is not None}
+
+
+class HFEngine:
+    """Samples with the training model itself, so weight sync is free (`load_weights` is a no-op)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)))
+        self.pad_id = tokenizer.pad_token_id
+        # transformers 5 renamed `past_key_values` to `cache`; support both generations.
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def load_weights(self, state_dict: dict) -> None:
+        return None
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Completion]:
+        if not prompts:
+            return []
+        greedy = params.temperature == 0
+        if not greedy and (seeds is None or len(seeds) != len(prompts)):
+            raise ValueError("sampling needs one seed per prompt (pass seeds=...)")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            tokens, logprobs, finish = self._decode(prompts, params, seeds, greedy)
+        finally:
+            self.model.train(was_training)
+        completions = []
+        for row, reason in enumerate(finish):
+            n = int((tokens[row] != -1).sum())
+            ids = tokens[row, :n].tolist()
+            completions.append(
+                Completion(
+                    token_ids=ids,
+                    logprobs=logprobs[row, :n].tolist(),
+                    finish_reason=reason,
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                )
+            )
+        return completions
+
+    def _decode(self, prompts, params: SamplingParams, seeds, greedy: bool):
+        device = self.model.device
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding keeps every last prompt token aligned
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        generators = None if greedy else [torch.Generator().manual_seed(int(s)) for s in seeds]
+
+        tokens = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long)  # -1 = not generated
+        logprobs = torch.zeros((batch, params.max_new_tokens))
+        finish = ["length"] * batch
+        done = torch.zeros(batch, dtype=torch.bool)
+        eos = self.eos.to(device)
+        cache = None
+        for t in range(params.max_new_tokens):
+            out = self.model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                use_cache=True, logits_to_keep=1, **{self.cache_arg: cache},
+            )
+            cache = getattr(out, self.cache_arg)
+            dist = sampling_logprobs(out.logits[:, -1], params.temperature, params.top_k, params.top_p)
+            if greedy:
+                next_tokens = dist.argmax(-1)
+            else:
+                # Gumbel-max with a private generator per row: a sample's tokens depend only on
+                # its own seed, not on which other prompts share the batch.
+                uniform = torch.stack([torch.rand(dist.shape[-1], generator=g) for g in generators])
+                gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0)))
+                next_tokens = (dist.cpu() + gumbel).argmax(-1).to(device)
+            chosen_lp = dist.gather(-1, next_tokens[:, None]).squeeze(-1)
+            live = ~done
+            tokens[live, t] = next_tokens[live].cpu()
+            logprobs[live, t] = chosen_lp[live].cpu()
+            hit_eos = torch.isin(next_tokens, eos) & live
+            for row in hit_eos.nonzero().flatten().tolist():
+                finish[row] = "eos"
+            done |= hit_eos
+            if params.stop:
+                for row in (live & ~hit_eos).nonzero().flatten().tolist():
+                    text = self.tokenizer.decode(tokens[row, : t + 1].tolist())
+                    if any(s in text for s in params.stop):
+                        finish[row], done[row] = "stop", True
+            if bool(done.all()):
+                break
+            input_ids = next_tokens.masked_fill(done, self.pad_id)[:, None]
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
+            positions = positions[:, -1:] + 1
+        return tokens, logprobs, finish

@@ -1,0 +1,126 @@
+"""Integer arithmetic ("347+285=") with column-by-column scratchpad demonstrations."""
+
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks.base import GeneratedTask
+from rlvr.types import Problem
+
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
+
+
+class ArithmeticParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    operations: list[Literal["add", "sub", "mul"]] = Field(
+        default=["add"],
+        min_length=1,
+        description="Operations to draw from, uniformly: add, sub, mul.",
+    )
+    digits: int = Field(
+        3, ge=1, le=9, description="Digits of each operand (of the first one for mul)."
+    )
+    mul_digits: int = Field(1, ge=1, le=9, description="Digits of the second operand of mul.")
+
+
+def _digits(n: int, width: int) -> list[int]:
+    """Least significant digit first, zero-padded to width."""
+    return [int(d) for d in str(n).rjust(width, "0")[::-1]]
+
+
+def _from_columns(columns: list[int]) -> str:
+    """The answer the columns spell: each column's last digit, the top column in full."""
+    text = str(columns[-1]) + "".join(str(c % 10) for c in reversed(columns[:-1]))
+    return str(int(text))
+
+
+def _add(a: int, b: int, flawed: bool) -> tuple[list[str], str]:
+    width = max(len(str(a)), len(str(b)))
+    steps, sums, carry = [], [], 0
+    for da, db in zip(_digits(a, width), _digits(b, width), strict=True):
+        total = da + db + carry
+        steps.append(f"{da}+{db}+{carry}={total}")
+        sums.append(total)
+        carry = 0 if flawed else total // 10
+    return steps, _from_columns(sums)
+
+
+def _sub(a: int, b: int, flawed: bool) -> tuple[list[str], str]:
+    width = len(str(a))
+    steps, digits, borrow = [], [], 0
+    for top, bottom in zip(_digits(a, width), _digits(b, width), strict=True):
+        if flawed:
+            # The classic bug: take the smaller digit from the larger instead of borrowing.
+            top, bottom = max(top, bottom), min(top, bottom)
+        elif top - bottom - borrow < 0:
+            top += 10
+        digit = top - bottom - borrow
+        steps.append(f"{top}-{bottom}-{borrow}={digit}")
+        digits.append(digit)
+        borrow = int(top >= 10)
+    return steps, str(int("".join(map(str, reversed(digits)))))
+
+
+def _mul_digit(a: int, m: int, flawed: bool) -> tuple[list[str], str]:
+    steps, products, carry = [], [], 0
+    for da in _digits(a, len(str(a))):
+        total = da * m + carry
+        steps.append(f"{da}*{m}+{carry}={total}")
+        products.append(total)
+        carry = 0 if flawed else total // 10
+    return steps, _from_columns(products)
+
+
+def _mul(a: int, b: int, flawed: bool) -> tuple[list[str], str]:
+    if b < 10:
+        return _mul_digit(a, b, flawed)
+    # Longer multipliers: one partial product per digit, then their sum.
+    steps, total = [], 0
+    for place, m in enumerate(_digits(b, len(str(b)))):
+        partial = int(_mul_digit(a, m, flawed)[1]) * 10**place
+        steps.append(f"{a}*{m * 10**place}={partial}")
+        total += partial
+    return steps, str(total)
+
+
+SOLVERS = {"add": _add, "sub": _sub, "mul": _mul}
+
+
+class ArithmeticTask(GeneratedTask):
+    """Add, subtract or multiply integers; the demonstration works column by column."""
+
+    name = "arithmetic"
+    verifier = "numeric"
+    Params = ArithmeticParams
+
+    def __init__(self, params: ArithmeticParams, seed: int, eval_size: int):
+        self.params = params
+        super().__init__(seed, eval_size)
+
+    def _operand(self, rng: random.Random, digits: int) -> int:
+        return rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+    def draw(self, rng: random.Random) -> Problem:
+        op = rng.choice(self.params.operations)
+        a = self._operand(rng, self.params.digits)
+        b = self._operand(rng, self.params.mul_digits if op == "mul" else self.params.digits)
+        if op == "sub" and a < b:
+            a, b = b, a
+        answer = {"add": a + b, "sub": a - b, "mul": a * b}[op]
+        text = f"{a}{SYMBOLS[op]}{b}"
+        return Problem(
+            id=f"arith-{text}",
+            prompt=f"{text}=",
+            answer=str(answer),
+            domain="arithmetic",
+            metadata={"op": op, "a": a, "b": b},
+        )
+
+    def demonstration(self, problem: Problem, flawed: bool = False) -> str:
+        meta = problem.metadata
+        steps, answer = SOLVERS[meta["op"]](meta["a"], meta["b"], flawed)
+        return " ".join(steps) + f" #### {answer}"

@@ -1,0 +1,74 @@
+"""The Task protocol, and the seeded train/eval split shared by the generated (synthetic) tasks."""
+
+from __future__ import annotations
+
+import random
+from typing import ClassVar, Protocol
+
+from pydantic import BaseModel
+
+from rlvr.types import Problem
+
+
+class Task(Protocol):
+    name: ClassVar[str]  # registry name
+    verifier: str  # name in REWARDS that decides correctness (accuracy)
+    Params: ClassVar[type[BaseModel]]  # the task's own settings
+
+    def __init__(self, params: BaseModel, seed: int, eval_size: int): ...
+
+    def train_problem(self, index: int) -> Problem:
+        """Deterministic in (seed, index); never one of the eval problems."""
+        ...
+
+    def eval_problems(self) -> list[Problem]:
+        """A fixed list of eval_size problems, disjoint from train."""
+        ...
+
+    def demonstration(self, problem: Problem, flawed: bool = False) -> str:
+        """A worked solution (the assistant's reply); `flawed` makes the task's systematic mistake."""
+        ...
+
+
+def seeded_rng(*parts: object) -> random.Random:
+    """A Random seeded from the parts as a string: stable across runs, unlike hash()."""
+    return random.Random(":".join(map(str, parts)))
+
+
+class GeneratedTask:
+    """Base for tasks that draw problems at random: a unique eval set, and train draws that avoid it."""
+
+    name: ClassVar[str]
+    # Bounds the redraws when the settings allow few distinct problems.
+    max_attempts = 10_000
+
+    def __init__(self, seed: int, eval_size: int):
+        self.seed = seed
+        self._eval: dict[str, Problem] = {}
+        for i in range(eval_size * 10 + self.max_attempts):
+            if len(self._eval) == eval_size:
+                break
+            problem = self.draw(seeded_rng(seed, "eval", i))
+            self._eval.setdefault(problem.id, problem)
+        if len(self._eval) < eval_size:
+            raise ValueError(
+                f"{self.name}: found only {len(self._eval)} distinct problems for "
+                f"eval_size={eval_size}; lower task.eval_size or widen the task's settings"
+            )
+
+    def draw(self, rng: random.Random) -> Problem:
+        raise NotImplementedError
+
+    def train_problem(self, index: int) -> Problem:
+        for attempt in range(self.max_attempts):
+            # The attempt counter re-draws deterministically when a draw hits the eval set.
+            problem = self.draw(seeded_rng(self.seed, "train", index, attempt))
+            if problem.id not in self._eval:
+                return problem
+        raise ValueError(
+            f"{self.name}: the eval set covers almost every problem these settings allow; "
+            "lower task.eval_size or widen the task's settings"
+        )
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval.values())

@@ -1,0 +1,1 @@
+"""Training: the RL loop, the policy update, warm start, checkpoints and metrics."""

@@ -1,0 +1,78 @@
+"""Crash-safe checkpoints: written to a temporary directory, fsynced, renamed, marked complete last."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+COMPLETE = "COMPLETE"
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _fsync_tree(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    directory: Path, step: int, model, optimizer, scheduler, state: dict[str, Any], keep: int = 2
+) -> Path:
+    """Write checkpoint `step-<step>` under `directory`; the COMPLETE marker is the last write."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step-{step:06d}"
+    tmp = directory / f".tmp-step-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    # clone: tied embeddings share storage, which safetensors refuses to write twice
+    save_file({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
+    torch.save(
+        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "state": state, "rng": rng_state()},
+        tmp / "trainer.pt",
+    )
+    _fsync_tree(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (final / COMPLETE).write_text(str(step))
+    _fsync_tree(final)
+    for old in sorted(complete_checkpoints(directory))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def complete_checkpoints(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("step-*") if (p / COMPLETE).is_file())
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNGs in place; return the trainer state."""
+    model.load_state_dict(load_file(path / "model.safetensors"), strict=True)
+    payload = torch.load(path / "trainer.pt", weights_only=False)
+    optimizer.load_state_dict(payload["optimizer"])
+    scheduler.load_state_dict(payload["scheduler"])
+    set_rng_state(payload["rng"])
+    return payload["state"]

@@ -1,0 +1,67 @@
+"""What a person sees during a run: a live progress bar with metrics, or plain log lines."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+SHOWN = {"reward": "reward", "accuracy": "acc", "kl": "kl", "eval/accuracy": "eval_acc", "time/step": "s/step"}
+
+
+def brief(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{label} {metrics[key]:.3f}" for key, label in SHOWN.items() if key in metrics)
+
+
+class Display:
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task = None
+        self._last: dict[str, float] = {}
+
+    @contextmanager
+    def bar(self, description: str, total: int, completed: int = 0):
+        if self.quiet:
+            yield self
+            return
+        progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
+            console=self.console, transient=False,
+        )
+        self._progress, self._last = progress, {}
+        self._task = progress.add_task(description, total=total, completed=completed, metrics="")
+        with progress:
+            yield self
+        self._progress = None
+
+    def update(self, step: int, metrics: dict[str, float]) -> None:
+        self._last.update({k: v for k, v in metrics.items() if k in SHOWN})
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, metrics=brief(self._last))
+        else:
+            print(f"{time.strftime('%H:%M:%S')} step {step}  {brief(metrics)}", file=sys.stderr, flush=True)
+
+    def message(self, text: str) -> None:
+        self.console.print(text) if not self.quiet else print(text, file=sys.stderr, flush=True)
+
+    def summary(self, title: str, rows: list[tuple[str, str, str]]) -> None:
+        table = Table(title=title)
+        for column in ("metric", "base", "final"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)

@@ -1,0 +1,29 @@
+"""Held-out evaluation: greedy accuracy, and pass@1 / pass@k from k seeded samples per problem."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from rlvr.analysis.passk import pass_at_k
+from rlvr.rollout.runner import EpisodeRunner
+from rlvr.types import Problem
+
+EVAL_STREAM = 1  # keeps eval sampling seeds apart from training's (stream 0)
+
+
+def evaluate(runner: EpisodeRunner, problems: list[Problem], k: int, seed: int, step: int) -> dict[str, float]:
+    greedy = runner.collect(problems, 1, (seed, EVAL_STREAM, step), replace(runner.params, temperature=0.0))
+    metrics = {
+        "eval/accuracy": sum(t.correct for t in greedy) / len(greedy),
+        "eval/reward": sum(t.reward for t in greedy) / len(greedy),
+        "eval/response_length": sum(t.num_generated for t in greedy) / len(greedy),
+    }
+    if k > 1:
+        sampled = runner.collect(problems, k, (seed, EVAL_STREAM, step))
+        correct: dict[int, int] = defaultdict(int)
+        for t in sampled:
+            correct[t.group_id] += t.correct
+        metrics["eval/pass@1"] = sum(pass_at_k(k, c, 1) for c in correct.values()) / len(problems)
+        metrics[f"eval/pass@{k}"] = sum(pass_at_k(k, c, k) for c in correct.values()) / len(problems)
+    return metrics

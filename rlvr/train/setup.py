@@ -1,0 +1,75 @@
+"""Resolve every name in a config to a component before any work, so mistakes fail fast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from pydantic import ValidationError
+
+from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
+from rlvr.algos.kl import KL_ESTIMATORS, KLFn
+from rlvr.algos.losses import AGGREGATIONS, LOSSES
+from rlvr.config import Config, ConfigError, suggest
+from rlvr.registry import lookup
+from rlvr.rewards import REWARDS, score_safely, weighted
+from rlvr.tasks import TASKS
+from rlvr.tasks.base import Task
+from rlvr.types import Problem, Score
+
+RewardFn = Callable[[Problem, str], Score]
+
+
+@dataclass
+class Components:
+    task: Task
+    reward: RewardFn
+    verifier: RewardFn
+    advantage: AdvantageFn
+    loss: Callable
+    kl: KLFn | None
+
+
+def build_task(cfg: Config) -> Task:
+    task_cls = lookup(TASKS, cfg.task.name, "task.name", group="rlvr.tasks")
+    try:
+        params = task_cls.Params.model_validate(cfg.task.params)
+    except ValidationError as e:
+        lines = []
+        known = [f"task.{k}" for k in list(task_cls.Params.model_fields) + list(type(cfg.task).model_fields)]
+        for err in e.errors():
+            key = "task." + ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"unknown key '{key}' for task '{cfg.task.name}'.{suggest(key, known)}")
+            else:
+                value = cfg.task.params.get(str(err["loc"][0])) if err["loc"] else None
+                lines.append(f"{key} = {value!r}: {err['msg']}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+    try:
+        return task_cls(params, seed=cfg.train.seed, eval_size=cfg.task.eval_size)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"task '{cfg.task.name}': {e}") from None
+
+
+def build_components(cfg: Config) -> Components:
+    task = build_task(cfg)
+    verifier_fn = lookup(REWARDS, task.verifier, "task verifier", group="rlvr.rewards")
+    verifier = partial(score_safely, verifier_fn)
+    if cfg.task.rewards:
+        resolved = {name: lookup(REWARDS, name, f"task.rewards.{name}", group="rlvr.rewards") for name in cfg.task.rewards}
+        reward = partial(score_safely, weighted(cfg.task.rewards, registry={**REWARDS, **resolved}))
+    else:
+        reward = verifier
+    advantage = lookup(ADVANTAGES, cfg.algo.advantage, "algo.advantage", group="rlvr.advantages")
+    minimum = getattr(advantage, "min_group_size", 1)
+    if cfg.rollout.group_size < minimum:
+        raise ConfigError(
+            f"rollout.group_size = {cfg.rollout.group_size}: algo.advantage = '{cfg.algo.advantage}' "
+            f"compares completions of the same prompt, so it needs group_size >= {minimum}. "
+            f"Fix: rollout.group_size=8 (and keep rollout.batch_size a multiple of it)."
+        )
+    loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
+    lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
+    kl = lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator") if cfg.algo.kl_coef > 0 else None
+    return Components(task, reward, verifier, advantage, loss, kl)

@@ -1,0 +1,225 @@
+"""The RL loop: sample groups, score them, compute advantages, update; eval, log and checkpoint.
+
+It composes steps that live elsewhere and never names an algorithm: estimators, losses and
+KL estimators come from the registries through the config.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+import rlvr
+from rlvr.algos.advantages import AdvInputs
+from rlvr.analysis.report import plot_run
+from rlvr.config import Config, ConfigError
+from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.models.loading import load_model
+from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
+from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from rlvr.train.display import Display
+from rlvr.train.evaluate import evaluate
+from rlvr.train.reference import ReferencePolicy
+from rlvr.train.rundir import RunDir
+from rlvr.train.setup import Components, build_components
+from rlvr.train.update import batch_logprobs, policy_update
+from rlvr.train.warmstart import ensure_warm_start, warm_start_path
+from rlvr.types import STATUSES, Batch, Trajectory
+
+TRAIN_STREAM = 0
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str):
+    start = time.perf_counter()
+    yield
+    timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_policy(cfg: Config, components: Components, display: Display):
+    """The policy and tokenizer; the tiny model is warm-started (and cached) on first use."""
+    name = cfg.model.name
+    if name == "tiny":
+        if not (warm_start_path(cfg) / "COMPLETE").is_file():
+            with display.bar("warm start (once per settings)", cfg.model.pretrain_steps) as bar:
+                name = str(ensure_warm_start(cfg, components.task, lambda s, loss: bar.update(s, {"sft_loss": loss})))
+        name = str(warm_start_path(cfg))
+    return load_model(name, cfg.model.dtype, cfg.model.trust_remote_code)
+
+
+def make_scheduler(cfg: Config, optimizer):
+    total = cfg.train.steps * cfg.algo.ppo_epochs * cfg.algo.minibatches
+    if cfg.train.lr_schedule == "cosine":
+        return get_cosine_schedule_with_warmup(optimizer, cfg.train.warmup_steps, total)
+    return get_constant_schedule_with_warmup(optimizer, cfg.train.warmup_steps)
+
+
+def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    rewards = torch.tensor([t.reward for t in trajectories])
+    statuses = Counter(t.status for t in trajectories)
+    metrics = {
+        "reward": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "accuracy": sum(t.correct for t in trajectories) / len(trajectories),
+        "response_length": sum(t.num_generated for t in trajectories) / len(trajectories),
+        "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
+    }
+    metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
+    return metrics
+
+
+class Trainer:
+    """Holds the state of one run; `run()` is the loop."""
+
+    def __init__(self, cfg: Config, resume: Path | None = None):
+        self.cfg = cfg
+        self.components = build_components(cfg)  # every config mistake surfaces here, before work
+        self.display = Display(cfg.log.quiet)
+        self.run_dir = RunDir(resume) if resume else RunDir.create(cfg)
+        seed_everything(cfg.train.seed)
+        self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
+        r = cfg.rollout
+        self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
+        self.runner = EpisodeRunner(
+            HFEngine(self.model, self.tokenizer), self.tokenizer,
+            lambda: SingleTurnEnv(self.components.reward, self.components.verifier), self.params,
+        )
+        self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        self.scheduler = make_scheduler(cfg, self.optimizer)
+        self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
+        self.eval_problems = self.components.task.eval_problems()
+        self.state = {"step": 0, "cursor": 0, "bad_steps": 0, "base_eval": None, "elapsed": 0.0, "hash": cfg.hash()}
+        if resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        checkpoints = complete_checkpoints(self.run_dir.checkpoints)
+        if not checkpoints:
+            raise ConfigError(f"{self.run_dir.path} has no complete checkpoint to resume from")
+        state = load_checkpoint(checkpoints[-1], self.model, self.optimizer, self.scheduler)
+        if state["hash"] != self.cfg.hash():
+            raise ConfigError(
+                f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
+                f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
+            )
+        self.update_rng.set_state(state.pop("update_rng"))
+        if self.reference is not None:
+            self.reference.model.load_state_dict(state.pop("reference"))
+        self.state = state
+        self.run_dir.truncate_metrics(state["step"])
+        self.display.message(f"resumed {self.run_dir.path} at step {state['step']}")
+
+    def save(self) -> None:
+        state = dict(self.state, update_rng=self.update_rng.get_state())
+        if self.reference is not None:
+            state["reference"] = self.reference.model.state_dict()
+        save_checkpoint(self.run_dir.checkpoints, self.state["step"], self.model, self.optimizer, self.scheduler, state)
+
+    def evaluate(self) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = evaluate(self.runner, self.eval_problems, self.cfg.train.eval_k, self.cfg.train.seed, self.state["step"])
+        return dict(metrics, **{"time/eval": time.perf_counter() - start})
+
+    def step(self) -> dict[str, float]:
+        """One RL step: rollout -> rewards -> (ref logprobs) -> advantages -> policy update."""
+        cfg, c, timings = self.cfg, self.components, {}
+        prompts = cfg.rollout.batch_size // cfg.rollout.group_size
+        problems = [c.task.train_problem(self.state["cursor"] + i) for i in range(prompts)]
+        self.state["cursor"] += prompts
+        with timed(timings, "time/rollout"):
+            trajectories = self.runner.collect(problems, cfg.rollout.group_size, (cfg.train.seed, TRAIN_STREAM, self.state["step"]))
+        timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
+        batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
+        old = ref = None
+        if cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1:  # on-policy single pass: old == current
+            with timed(timings, "time/old_logprobs"):
+                old = batch_logprobs(self.model, batch, cfg.train.micro_batch_size, cfg.rollout.temperature)
+        if self.reference is not None:
+            with timed(timings, "time/ref_logprobs"):
+                ref = self.reference.logprobs(batch, cfg.train.micro_batch_size, cfg.rollout.temperature)
+        advantages = c.advantage(AdvInputs(batch.rewards, batch.group_ids, batch.loss_mask), cfg.algo)
+        with timed(timings, "time/update"):
+            result = policy_update(
+                self.model, self.optimizer, self.scheduler, batch, advantages, old, ref, cfg, c.loss, c.kl, self.update_rng
+            )
+        self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
+        generated = float(batch.loss_mask.sum())
+        metrics = dict(batch_metrics(trajectories), **result.metrics, **timings)
+        metrics["skipped_updates"] = result.skipped
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
+        metrics["tokens_per_sec/train"] = float(batch.attention_mask.sum()) * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
+        return metrics
+
+    def run(self) -> dict:
+        cfg, run_dir = self.cfg, self.run_dir
+        started = time.perf_counter() - self.state["elapsed"]
+        if self.state["base_eval"] is None:
+            self.state["base_eval"] = self.evaluate()
+            run_dir.log({"step": 0, **self.state["base_eval"]})
+            self.display.message(f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}")
+        with self.display.bar("rl", cfg.train.steps, self.state["step"]) as bar:
+            while self.state["step"] < cfg.train.steps:
+                step_start = time.perf_counter()
+                metrics = self.step()
+                self.state["step"] += 1
+                step = self.state["step"]
+                metrics["time/step"] = time.perf_counter() - step_start
+                if metrics["skipped_updates"]:
+                    self.display.message(f"[yellow]step {step}: non-finite loss or gradient, update skipped")
+                    if self.state["bad_steps"] >= cfg.train.max_bad_steps:
+                        raise RuntimeError(
+                            f"aborting: {self.state['bad_steps']} consecutive steps had a non-finite loss or "
+                            f"gradient; the last good checkpoint is in {run_dir.checkpoints}. Lower train.lr or "
+                            "check the reward for extreme values."
+                        )
+                if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
+                    metrics.update(self.evaluate())
+                self.state["elapsed"] = time.perf_counter() - started
+                run_dir.log({"step": step, **metrics})
+                bar.update(step, metrics)
+                if cfg.train.save_every and step % cfg.train.save_every == 0 and step < cfg.train.steps:
+                    self.save()
+        return self.finish(started)
+
+    def finish(self, started: float) -> dict:
+        final_eval = self.evaluate()
+        self.run_dir.log({"step": self.state["step"], **final_eval})
+        self.state["elapsed"] = time.perf_counter() - started
+        self.save()
+        self.model.save_pretrained(self.run_dir.final)
+        self.tokenizer.save_pretrained(self.run_dir.final)
+        base = self.state["base_eval"]
+        summary = {
+            "base_eval": base,
+            "final_eval": final_eval,
+            "steps": self.state["step"],
+            "wall_seconds": round(self.state["elapsed"], 1),
+            "config_hash": self.cfg.hash(),
+            "versions": {
+                "rlvr": rlvr.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                "python": platform.python_version(),
+            },
+            "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
+        }
+        self.run_dir.write_summary(summary)
+        plot_run(self.run_dir.read_metrics(), self.run_dir.path / "report.png", str(self.run_dir.path.name))
+        rows = [(k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}") for k in final_eval if k in base and not k.startswith("time/")]
+        self.display.summary(f"{self.run_dir.path}  ({summary['wall_seconds']:.0f} s)", rows)
+        return summary

@@ -1,0 +1,112 @@
+"""The policy update: epochs x minibatches of optimizer steps, each accumulated over micro-batches."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from rlvr.algos.kl import KLFn
+from rlvr.algos.losses import AGGREGATIONS, LossInputs
+from rlvr.config import Config
+from rlvr.train.logprobs import token_logprobs
+from rlvr.types import Batch
+
+
+@dataclass
+class UpdateResult:
+    metrics: dict[str, float]
+    skipped: int  # optimizer steps skipped for a non-finite loss or gradient
+
+
+def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
+    """Width of a right-padded slice: its longest sequence."""
+    return int(attention[batch_rows].sum(-1).max())
+
+
+def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, with_entropy: bool = False):
+    width = trim(rows, batch.attention_mask)
+    return token_logprobs(
+        model, batch.input_ids[rows, :width], batch.attention_mask[rows, :width], temperature, with_entropy
+    )
+
+
+@torch.no_grad()
+def batch_logprobs(model: PreTrainedModel, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    """Logprobs [B, T-1] of the whole batch without grad (old policy or reference)."""
+    out = torch.zeros_like(batch.loss_mask)
+    for rows in torch.arange(len(batch)).split(micro_batch_size):
+        lp, _ = micro_logprobs(model, batch, rows, temperature)
+        out[rows, : lp.shape[1]] = lp.float().cpu()
+    return out
+
+
+def policy_update(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    batch: Batch,
+    advantages: torch.Tensor,  # [B, T-1]
+    old_logprobs: torch.Tensor | None,  # [B, T-1]; None = on-policy single pass, old = current
+    ref_logprobs: torch.Tensor | None,  # [B, T-1]; None = no KL term
+    cfg: Config,
+    loss_fn,
+    kl_fn: KLFn | None,
+    generator: torch.Generator,
+) -> UpdateResult:
+    algo, train = cfg.algo, cfg.train
+    temperature = cfg.rollout.temperature
+    aggregate = AGGREGATIONS[algo.loss_agg]
+    device = model.device
+    sums: dict[str, float] = defaultdict(float)
+    optimizer_steps = skipped = 0
+    model.train()
+    for _ in range(algo.ppo_epochs):
+        order = torch.randperm(len(batch), generator=generator)
+        for minibatch in order.chunk(algo.minibatches):
+            optimizer.zero_grad(set_to_none=True)
+            num_tokens = float(batch.loss_mask[minibatch].sum())
+            step_metrics: dict[str, float] = defaultdict(float)
+            for rows in minibatch.split(train.micro_batch_size):
+                logprobs, entropy = micro_logprobs(model, batch, rows, temperature, with_entropy=True)
+                width = logprobs.shape[1]
+                mask = batch.loss_mask[rows, :width].to(device)
+                old = logprobs.detach() if old_logprobs is None else old_logprobs[rows, :width].to(device)
+                inputs = LossInputs(
+                    logprobs=logprobs,
+                    old_logprobs=old,
+                    advantages=advantages[rows, :width].to(device),
+                    loss_mask=mask,
+                    num_tokens=num_tokens,
+                    num_seqs=len(minibatch),
+                )
+                out = loss_fn(inputs, algo)
+                loss = out.loss
+                if kl_fn is not None and ref_logprobs is not None:
+                    kl = aggregate(kl_fn(logprobs, ref_logprobs[rows, :width].to(device)), mask, num_tokens, len(minibatch))
+                    loss = loss + algo.kl_coef * kl
+                    step_metrics["kl"] += float(kl)
+                loss.backward()
+                step_metrics["loss"] += float(loss)
+                step_metrics["entropy"] += float((entropy * mask).sum() / max(num_tokens, 1.0))
+                for name, value in out.metrics.items():
+                    step_metrics[name] += value
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
+            if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
+                optimizer.zero_grad(set_to_none=True)  # a NaN step would poison the weights for good
+                skipped += 1
+                continue
+            optimizer.step()
+            scheduler.step()
+            optimizer_steps += 1
+            step_metrics["grad_norm"] = float(grad_norm)
+            for name, value in step_metrics.items():
+                sums[name] += value
+    metrics = {name: value / max(optimizer_steps, 1) for name, value in sums.items()}
+    return UpdateResult(metrics, skipped)
+
+
+def _finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")

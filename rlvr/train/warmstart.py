@@ -1,0 +1,110 @@
+"""Warm start of the embedded tiny model: supervised training on a task's demonstrations, cached.
+
+A configurable share of the demonstrations makes the task's systematic mistake, so the base
+model is imperfect and RL has something to fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import get_cosine_schedule_with_warmup
+
+from rlvr.config import Config
+from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.rollout.runner import encode_prompt
+from rlvr.tasks.base import Task
+
+COMPLETE = "COMPLETE"
+
+
+def rlvr_home() -> Path:
+    return Path(os.environ.get("RLVR_HOME", Path.home() / ".cache" / "rlvr"))
+
+
+def warm_start_key(cfg: Config) -> str:
+    m = cfg.model
+    settings = {
+        "format": 1,  # bump when the tokenizer, template or SFT recipe changes
+        "preset": m.preset,
+        "task": cfg.task.name,
+        "params": cfg.task.params,
+        "steps": m.pretrain_steps,
+        "batch": m.pretrain_batch_size,
+        "lr": m.pretrain_lr,
+        "flawed": m.pretrain_flawed_share,
+        "seed": cfg.train.seed,
+    }
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{cfg.task.name.replace(':', '_')}-{m.preset}-{digest}"
+
+
+def warm_start_path(cfg: Config) -> Path:
+    return rlvr_home() / "tiny" / warm_start_key(cfg)
+
+
+def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[int], list[int]]:
+    """(token ids, loss mask) of one demonstration: prompt untrained, reply and EOS trained."""
+    problem = task.train_problem(index)
+    prompt = encode_prompt(tokenizer, problem.messages())
+    reply = tokenizer(task.demonstration(problem, flawed=flawed), add_special_tokens=False)["input_ids"]
+    reply = reply + [tokenizer.eos_token_id]
+    return prompt + reply, [0] * len(prompt) + [1] * len(reply)
+
+
+def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:
+    """Next-token loss on demonstrations; returns the final smoothed loss."""
+    m = cfg.model
+    rng = random.Random(f"warmstart:{cfg.train.seed}")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=m.pretrain_lr, weight_decay=0.01)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, min(100, m.pretrain_steps // 10), m.pretrain_steps)
+    model.train()
+    smoothed = None
+    for step in range(m.pretrain_steps):
+        examples = [
+            sft_example(tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share)
+            for _ in range(m.pretrain_batch_size)
+        ]
+        width = max(len(ids) for ids, _ in examples)
+        input_ids = torch.full((len(examples), width), tokenizer.pad_token_id)
+        labels = torch.full((len(examples), width), -100)
+        attention = torch.zeros((len(examples), width), dtype=torch.long)
+        for row, (ids, mask) in enumerate(examples):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+            labels[row, : len(ids)] = torch.tensor([t if keep else -100 for t, keep in zip(ids, mask)])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        value = loss.item()
+        smoothed = value if smoothed is None else 0.95 * smoothed + 0.05 * value
+        if on_step:
+            on_step(step + 1, smoothed)
+    return float(smoothed)
+
+
+def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
+    """The cached warm-started tiny model for these settings, built on first use."""
+    path = warm_start_path(cfg)
+    if (path / COMPLETE).is_file():
+        return path
+    tokenizer = build_tokenizer()
+    model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed)
+    supervised_train(model, tokenizer, task, cfg, on_step)
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+    (path / COMPLETE).write_text("ok")
+    return path

@@ -1,0 +1,118 @@
+"""The records that flow through the loop: problems in, scored trajectories out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": str}
+
+Status = Literal["ok", "wrong", "timeout", "crash", "infra_error"]
+STATUSES: tuple[Status, ...] = ("ok", "wrong", "timeout", "crash", "infra_error")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt and whatever its verifier needs to check an answer."""
+
+    id: str
+    prompt: str | list[Message]
+    answer: str | None = None
+    domain: str = "default"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def messages(self) -> list[Message]:
+        if isinstance(self.prompt, str):
+            return [{"role": "user", "content": self.prompt}]
+        return list(self.prompt)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A reward's verdict. Model-caused failures are `wrong`; `infra_error` is not the model's fault."""
+
+    value: float
+    status: Status = "ok"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    """What an Env returns for one action."""
+
+    observation: str | None
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """All tokens of one episode; the single record rewards, advantages and losses read.
+
+    `token_ids`, `loss_mask` and `behaviour_logprobs` are aligned per token: the mask is 1
+    only on tokens the policy generated, and the logprob is the sampler's (0 elsewhere).
+    """
+
+    problem: Problem
+    group_id: int
+    sample_index: int
+    token_ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float]
+    turn_rewards: list[float]
+    turn_ends: list[int]  # token index one past the last policy token of each turn
+    status: Status = "ok"
+    correct: bool = False
+    finish_reason: str = "eos"
+    response_text: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reward(self) -> float:
+        return float(sum(self.turn_rewards))
+
+    @property
+    def num_generated(self) -> int:
+        return int(sum(self.loss_mask))
+
+
+@dataclass
+class Batch:
+    """Trajectories as right-padded tensors. Per-token fields are aligned with *targets*:
+    column t describes token t+1, the one predicted from position t."""
+
+    input_ids: Any  # [B, T] long
+    attention_mask: Any  # [B, T] long
+    loss_mask: Any  # [B, T-1] float
+    behaviour_logprobs: Any  # [B, T-1] float
+    rewards: Any  # [B] float
+    group_ids: Any  # [B] long
+
+    @classmethod
+    def from_trajectories(cls, trajectories: list[Trajectory], pad_id: int) -> Batch:
+        import torch
+
+        width = max(len(t.token_ids) for t in trajectories)
+        size = len(trajectories)
+        input_ids = torch.full((size, width), pad_id, dtype=torch.long)
+        attention = torch.zeros((size, width), dtype=torch.long)
+        loss_mask = torch.zeros((size, width))
+        behaviour = torch.zeros((size, width))
+        for row, t in enumerate(trajectories):
+            n = len(t.token_ids)
+            input_ids[row, :n] = torch.tensor(t.token_ids)
+            attention[row, :n] = 1
+            loss_mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
+            behaviour[row, :n] = torch.tensor(t.behaviour_logprobs)
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention,
+            loss_mask=loss_mask[:, 1:],
+            behaviour_logprobs=behaviour[:, 1:],
+            rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
+            group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
+        )
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]

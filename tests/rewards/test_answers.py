@@ -1,0 +1,37 @@
+import pytest
+
+from rlvr.rewards.answers import extract_answer, marked_answer
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (r"so \boxed{5}", "5"),
+        (r"first \boxed{1} then \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),
+        (r"\boxed{\{1, 2\} \cup {3}}", r"\{1, 2\} \cup {3}"),
+        (r"\boxed{7} and a truncated \boxed{\frac{1", "7"),
+        (r"#### 12 but \boxed{3}", "3"),  # boxed outranks ####
+        ("7+5+0=12 4+8+1=13 #### 632", "632"),
+        ("#### 1\nmore work\n#### -2,500 dollars\nthanks", "-2,500 dollars"),
+        ("#### \n42", "42"),  # an empty #### line is no answer; the last number is
+        ("<answer>x</answer> then <answer> 3/4 </answer>", "3/4"),
+        ("#### 9\n<answer>8</answer>", "9"),  # #### outranks <answer>
+        ("#### 9 <answer>8</answer>", "9 <answer>8</answer>"),  # the rest of the line
+        ("it is 12, or maybe -3.5 in the end", "-3.5"),
+        ("total 1,234,567 apples", "1,234,567"),
+        ("so 8-3", "3"),
+        ("(2)-3", "3"),
+        ("so 8 -3", "-3"),
+        ("no digits here", None),
+        ("", None),
+    ],
+)
+def test_extract_answer_goldens(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_marked_answer_reports_where_the_marker_ends():
+    text = r"work \boxed{42} done"
+    answer, end = marked_answer(text)
+    assert answer == "42" and text[end:] == " done"
+    assert marked_answer("just 42") is None

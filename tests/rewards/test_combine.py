@@ -1,0 +1,41 @@
+import pytest
+
+from rlvr.rewards import REWARDS, weighted
+from rlvr.types import Problem, Score
+
+PROBLEM = Problem(id="p", prompt="347+285=", answer="632")
+
+
+def test_weighted_sum_and_per_component_info():
+    reward = weighted({"numeric": 1.0, "format": 0.1})
+    assert reward(PROBLEM, "#### 632") == Score(1.1, "ok", {"numeric": 1.0, "format": 1.0})
+    assert reward(PROBLEM, "#### 631") == Score(0.1, "ok", {"numeric": 0.0, "format": 1.0})
+    assert reward(PROBLEM, "631") == Score(0.0, "wrong", {"numeric": 0.0, "format": 0.0})
+
+
+def test_worst_status_wins_and_errors_are_kept():
+    def raises(problem, response):
+        raise RuntimeError("boom")
+
+    registry = {
+        "good": lambda p, r: Score(1.0),
+        "slow": lambda p, r: Score(0.0, "timeout"),
+        "broken": raises,
+        "down": lambda p, r: Score(0.0, "infra_error"),
+    }
+    score = weighted({"good": 2.0, "slow": 1.0, "broken": 1.0}, registry)(PROBLEM, "")
+    assert (score.value, score.status) == (2.0, "crash")
+    assert score.info["error"] == "broken: RuntimeError: boom"
+    assert weighted({"slow": 1.0, "down": 1.0}, registry)(PROBLEM, "").status == "infra_error"
+    assert weighted({"good": 1.0, "slow": 1.0}, registry)(PROBLEM, "").status == "timeout"
+
+
+def test_unknown_component_suggests_the_close_name():
+    with pytest.raises(KeyError, match="Did you mean 'numeric'"):
+        weighted({"numerc": 1.0})
+
+
+def test_every_registered_reward_has_a_one_line_doc():
+    assert set(REWARDS) == {"exact", "numeric", "math", "countdown", "format"}
+    for fn in REWARDS.values():
+        assert fn.__doc__ and "\n" not in fn.__doc__.strip()

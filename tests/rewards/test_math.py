@@ -1,0 +1,43 @@
+import threading
+
+import pytest
+
+from rlvr.rewards.math import math_equal
+from rlvr.types import Problem
+
+
+def score(answer, response):
+    return math_equal(Problem(id="p", prompt="?", answer=answer), response)
+
+
+@pytest.mark.parametrize(
+    "answer, response",
+    [
+        ("${1,2,3,4}$", r"so \boxed{{1,3} \cup {2,4}}"),  # math-verify's README example
+        (r"\frac{1}{2}", "#### 0.5"),
+        ("0.5", r"The answer is $\frac{1}{2}$"),  # no marker: math-verify extracts it
+        (r"\sqrt{2}", r"<answer>\sqrt{2}</answer>"),  # bare LaTeX reference needs $...$
+        ("1234", "#### 1,234"),
+        ("2500", "#### $2,500."),
+        ("x^2+1", r"\boxed{1+x^2}"),
+    ],
+)
+def test_equivalent_answers(answer, response):
+    assert (score(answer, response).value, score(answer, response).status) == (1.0, "ok")
+
+
+@pytest.mark.parametrize(
+    "answer, response",
+    [(r"\frac{1}{2}", "#### 0.25"), (r"\sqrt{2}", r"\boxed{2}"), ("3", "I do not know")],
+)
+def test_different_answers(answer, response):
+    assert (score(answer, response).value, score(answer, response).status) == (0.0, "wrong")
+
+
+def test_works_outside_the_main_thread():
+    # math-verify's default SIGALRM timeout raises in threads; the reward must not.
+    results = []
+    thread = threading.Thread(target=lambda: results.append(score(r"\frac{1}{2}", "#### 0.5")))
+    thread.start()
+    thread.join()
+    assert results[0].status == "ok"
