@@ -181,8 +181,23 @@ def suggest(name: str, candidates: list[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
-def _parse_value(text: str) -> Any:
-    """Command-line values are YAML scalars/lists: 0.02, true, [add, mul], {numeric: 1.0}."""
+def _field_type(key: str) -> Any:
+    model: Any = Config
+    annotation = None
+    for part in key.split("."):
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return None
+        annotation = fields[part].annotation
+        model = annotation
+    return annotation
+
+
+def _parse_value(key: str, text: str) -> Any:
+    """Command-line values are YAML scalars/lists (0.02, true, [add, mul], {numeric: 1.0}),
+    except for text fields, which keep what was typed (log.name=2024 stays a string)."""
+    if _field_type(key) in (str, str | None):
+        return text
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -229,7 +244,12 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
             continue
         value: Any = data
         for part in err["loc"]:
-            value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, dict):
+                value = value.get(part)
+            elif isinstance(value, list) and isinstance(part, int) and part < len(value):
+                value = value[part]
+            else:
+                value = None
         msg = err["msg"].removeprefix("Value error, ")
         if key:
             lines.append(f"{key} = {value!r}: {msg}")
@@ -256,9 +276,42 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         key = key.strip()
         if "." not in key:
             raise ConfigError(f"override '{item}': keys are dotted (section.key).{suggest(key, known)}")
-        _set_dotted(data, key, _parse_value(text))
+        _set_dotted(data, key, _parse_value(key, text))
     return build_config(data)
 
 
 def dump_config(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def config_reference(tasks: dict[str, Any]) -> str:
+    """Markdown table of every key, its default and its description (docs/config.md);
+    `tasks` maps task names to classes whose `Params` fields are the task's own keys."""
+    lines = [
+        "# Config reference",
+        "",
+        "Generated from `rlvr/config.py` by `python -m rlvr.config > docs/config.md`; a test keeps it current.",
+        "Set keys in a TOML/YAML file or on the command line as `section.key=value`.",
+        "",
+    ]
+    for section, field in Config.model_fields.items():
+        model = field.annotation
+        lines += [f"## `{section}`: {field.description}", "", "| key | default | description |", "|---|---|---|"]
+        for name, sub in model.model_fields.items():
+            default = sub.default_factory() if sub.default_factory else sub.default
+            lines.append(f"| `{section}.{name}` | `{json.dumps(default)}` | {sub.description} |")
+        lines.append("")
+        if section == "task":
+            for task_name, task_cls in sorted(tasks.items()):
+                lines += [f"### `task.name = \"{task_name}\"`: {task_cls.__doc__}", "", "| key | default | description |", "|---|---|---|"]
+                for name, sub in task_cls.Params.model_fields.items():
+                    default = "required" if sub.is_required() else f"`{json.dumps(sub.default_factory() if sub.default_factory else sub.default)}`"
+                    lines.append(f"| `task.{name}` | {default} | {sub.description} |")
+                lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from rlvr.tasks import TASKS
+
+    print(config_reference(TASKS))

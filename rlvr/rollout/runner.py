@@ -112,12 +112,14 @@ class EpisodeRunner:
                 episode.info.update(result.info)
                 episode.done = result.done or turn == self.max_turns - 1
                 if not episode.done:
-                    self._append_observation(episode, completion.text, result.observation or "")
+                    self._append_observation(episode, completion.token_ids, result.observation or "")
         return [e.to_trajectory() for e in episodes]
 
-    def _append_observation(self, episode: Episode, reply: str, observation: str) -> None:
-        """Observation tokens are what the template adds after the reply, never trained on."""
-        before = render(self.tokenizer, episode.messages + [{"role": "assistant", "content": reply}], False)
+    def _append_observation(self, episode: Episode, reply_ids: list[int], observation: str) -> None:
+        """Observation tokens are whatever the template adds after the policy's own tokens (closing
+        a truncated reply included); they are never trained on."""
+        before = render(self.tokenizer, episode.messages, True) + self.tokenizer.decode(reply_ids)
+        reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
         episode.messages = episode.messages + [
             {"role": "assistant", "content": reply},
             {"role": "user", "content": observation},

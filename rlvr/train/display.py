@@ -17,7 +17,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-SHOWN = {"reward": "reward", "accuracy": "acc", "kl": "kl", "eval/accuracy": "eval_acc", "time/step": "s/step"}
+SHOWN = {
+    "sft_loss": "loss", "reward": "reward", "accuracy": "acc", "kl": "kl", "eval/accuracy": "eval_acc",
+    "time/step": "s/step",
+}
 
 
 def brief(metrics: dict[str, float]) -> str:
@@ -31,10 +34,12 @@ class Display:
         self._progress: Progress | None = None
         self._task = None
         self._last: dict[str, float] = {}
+        self._log_every = 1
 
     @contextmanager
     def bar(self, description: str, total: int, completed: int = 0):
         if self.quiet:
+            self._log_every = max(1, total // 20)  # ~20 log lines per bar
             yield self
             return
         progress = Progress(
@@ -52,8 +57,8 @@ class Display:
         self._last.update({k: v for k, v in metrics.items() if k in SHOWN})
         if self._progress is not None:
             self._progress.update(self._task, completed=step, metrics=brief(self._last))
-        else:
-            print(f"{time.strftime('%H:%M:%S')} step {step}  {brief(metrics)}", file=sys.stderr, flush=True)
+        elif step % self._log_every == 0 or "eval/accuracy" in metrics:
+            print(f"{time.strftime('%H:%M:%S')} step {step}  {brief(self._last)}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         self.console.print(text) if not self.quiet else print(text, file=sys.stderr, flush=True)

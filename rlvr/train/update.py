@@ -87,9 +87,9 @@ def policy_update(
                 if kl_fn is not None and ref_logprobs is not None:
                     kl = aggregate(kl_fn(logprobs, ref_logprobs[rows, :width].to(device)), mask, num_tokens, len(minibatch))
                     loss = loss + algo.kl_coef * kl
-                    step_metrics["kl"] += float(kl)
+                    step_metrics["kl"] += kl.item()
                 loss.backward()
-                step_metrics["loss"] += float(loss)
+                step_metrics["loss"] += loss.item()
                 step_metrics["entropy"] += float((entropy * mask).sum() / max(num_tokens, 1.0))
                 for name, value in out.metrics.items():
                     step_metrics[name] += value

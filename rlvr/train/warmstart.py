@@ -31,7 +31,7 @@ def rlvr_home() -> Path:
 def warm_start_key(cfg: Config) -> str:
     m = cfg.model
     settings = {
-        "format": 1,  # bump when the tokenizer, template or SFT recipe changes
+        "format": 2,  # bump when the tokenizer, template or SFT recipe changes
         "preset": m.preset,
         "task": cfg.task.name,
         "params": cfg.task.params,

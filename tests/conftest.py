@@ -1,0 +1,39 @@
+import pytest
+import torch
+
+from rlvr.models.tiny import build_model, build_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tokenizer):
+    """An untrained nano model: enough for anything that does not need it to be good."""
+    torch.manual_seed(0)
+    return build_model("nano", tokenizer, seed=0).eval()
+
+
+@pytest.fixture(scope="session")
+def rlvr_home(tmp_path_factory):
+    """One warm-start cache for the whole test session."""
+    return tmp_path_factory.mktemp("rlvr_home")
+
+
+@pytest.fixture
+def fast_overrides(rlvr_home, tmp_path, monkeypatch):
+    """A run small enough for a unit test: few warm-start steps, small batches, short replies."""
+    monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
+    return [
+        "model.pretrain_steps=20",
+        "rollout.batch_size=16",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=24",
+        "task.eval_size=8",
+        "train.eval_k=2",
+        "train.micro_batch_size=8",
+        f"log.run_dir={tmp_path / 'runs'}",
+        "log.quiet=true",
+    ]

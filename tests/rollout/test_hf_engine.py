@@ -1,0 +1,94 @@
+import math
+
+import pytest
+import torch
+
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.hf_engine import sampling_logprobs
+from rlvr.rollout.runner import encode_prompt
+from rlvr.train.logprobs import token_logprobs
+
+
+def prompts_for(tokenizer, texts):
+    return [encode_prompt(tokenizer, [{"role": "user", "content": t}]) for t in texts]
+
+
+def teacher_forced(model, prompt, completion, temperature):
+    ids = torch.tensor([prompt + completion])
+    logprobs, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature)
+    return logprobs[0, len(prompt) - 1 :]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_engine_logprobs_equal_teacher_forced_forward(tiny_model, tokenizer, temperature):
+    engine = HFEngine(tiny_model, tokenizer)
+    prompts = prompts_for(tokenizer, ["1+2=", "345+678=", "9*9="])  # different lengths: left padding
+    completions = engine.generate(prompts, SamplingParams(16, temperature), seeds=[1, 2, 3])
+    for prompt, completion in zip(prompts, completions):
+        expected = teacher_forced(tiny_model, prompt, completion.token_ids, temperature)
+        got = torch.tensor(completion.logprobs)
+        assert torch.allclose(got, expected.detach(), atol=1e-5), (got - expected).abs().max()
+
+
+def test_sample_depends_only_on_its_seed(tiny_model, tokenizer):
+    engine = HFEngine(tiny_model, tokenizer)
+    prompts = prompts_for(tokenizer, ["12+34=", "5+6=", "777+888="])
+    params = SamplingParams(20, 1.0)
+    together = engine.generate(prompts, params, seeds=[10, 11, 12])
+    alone = engine.generate(prompts[1:2], params, seeds=[11])
+    assert together[1].token_ids == alone[0].token_ids
+    other_seed = engine.generate(prompts[1:2], params, seeds=[99])
+    assert other_seed[0].token_ids != alone[0].token_ids
+
+
+def test_greedy_takes_the_argmax(tiny_model, tokenizer):
+    engine = HFEngine(tiny_model, tokenizer)
+    prompt = prompts_for(tokenizer, ["3+4="])[0]
+    completion = engine.generate([prompt], SamplingParams(12, temperature=0.0))[0]
+    ids = torch.tensor([prompt + completion.token_ids])
+    logits = tiny_model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    assert completion.token_ids == logits.argmax(-1).tolist()
+
+
+def test_budget_eos_and_stop_strings(tiny_model, tokenizer):
+    engine = HFEngine(tiny_model, tokenizer)
+    prompt = prompts_for(tokenizer, ["hello"])[0]
+    completion = engine.generate([prompt], SamplingParams(7, 1.0), seeds=[0])[0]
+    assert len(completion.token_ids) <= 7
+    if completion.finish_reason == "length":
+        assert len(completion.token_ids) == 7
+    # every printable character is a stop string: the first non-special token must stop it
+    stops = tuple(chr(c) for c in range(32, 127))
+    stopped = engine.generate([prompt], SamplingParams(30, 1.0, stop=stops), seeds=[0])[0]
+    assert stopped.finish_reason in ("stop", "eos")
+    text = tokenizer.decode(stopped.token_ids)
+    assert sum(ch in stops for ch in text) <= 1
+
+
+def test_sampling_logprobs_top_p_and_top_k():
+    probs = torch.tensor([[0.5, 0.3, 0.2]])
+    logits = probs.log()
+    nucleus = sampling_logprobs(logits, 1.0, 0, 0.7).exp()
+    assert torch.allclose(nucleus, torch.tensor([[0.625, 0.375, 0.0]]), atol=1e-6)
+    top1 = sampling_logprobs(logits, 1.0, 1, 1.0).exp()
+    assert torch.allclose(top1, torch.tensor([[1.0, 0.0, 0.0]]))
+    hot = sampling_logprobs(logits, 2.0, 0, 1.0).exp()
+    expected = probs.sqrt() / probs.sqrt().sum()
+    assert torch.allclose(hot, expected, atol=1e-6)
+
+
+def test_sampling_matches_the_distribution(tiny_model, tokenizer):
+    """First-token frequencies over many seeds follow the engine's own logprobs."""
+    engine = HFEngine(tiny_model, tokenizer)
+    prompt = prompts_for(tokenizer, ["x"])[0]
+    n = 400
+    completions = engine.generate([prompt] * n, SamplingParams(1, 1.0, top_k=3), seeds=list(range(n)))
+    counts: dict[int, int] = {}
+    logprob_of: dict[int, float] = {}
+    for c in completions:
+        counts[c.token_ids[0]] = counts.get(c.token_ids[0], 0) + 1
+        logprob_of[c.token_ids[0]] = c.logprobs[0]
+    assert len(counts) <= 3
+    for token, count in counts.items():
+        p = math.exp(logprob_of[token])
+        assert abs(count / n - p) < 4 * math.sqrt(p * (1 - p) / n) + 0.01

@@ -1,0 +1,65 @@
+import pytest
+
+from rlvr.algos.advantages import ADVANTAGES, grpo
+from rlvr.config import ConfigError
+from rlvr.registry import describe, load_object, lookup
+
+
+def documented():
+    """First line.
+
+    More detail that `describe` leaves out.
+    """
+
+
+def undocumented():
+    pass
+
+
+REGISTRY = {"alpha": documented, "beta": undocumented, "gamma": "  A plain string entry.\nsecond"}
+
+
+def test_lookup_by_name():
+    assert lookup(ADVANTAGES, "grpo", "algo.advantage") is grpo
+
+
+def test_lookup_module_attr_path():
+    assert lookup({}, "rlvr.algos.advantages:grpo", "algo.advantage") is grpo
+
+
+def test_lookup_did_you_mean():
+    with pytest.raises(ConfigError) as e:
+        lookup(REGISTRY, "alhpa", "x.key")
+    msg = str(e.value)
+    assert (
+        "x.key = 'alhpa'" in msg and "Did you mean 'alpha'" in msg and "alpha, beta, gamma" in msg
+    )
+
+
+def test_lookup_no_close_match_lists_known():
+    with pytest.raises(ConfigError, match="Known: alpha, beta, gamma") as e:
+        lookup(REGISTRY, "zzzzzz", "x.key")
+    assert "Did you mean" not in str(e.value)
+
+
+def test_bad_module_path():
+    with pytest.raises(ConfigError, match="cannot import 'rlvr.nonexistent'"):
+        load_object("rlvr.nonexistent:thing")
+
+
+def test_bad_attribute_path():
+    with pytest.raises(ConfigError, match="has no attribute 'nope'"):
+        lookup({}, "rlvr.algos.advantages:nope", "algo.advantage")
+
+
+def test_describe_first_doc_lines_sorted():
+    assert describe(REGISTRY) == [
+        ("alpha", "First line."),
+        ("beta", ""),
+        ("gamma", "A plain string entry."),
+    ]
+
+
+def test_describe_real_registry():
+    ((name, doc),) = describe(ADVANTAGES)
+    assert name == "grpo" and doc.startswith("GRPO")

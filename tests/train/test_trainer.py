@@ -1,0 +1,103 @@
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlvr.algos.losses import LOSSES, LossOutput
+from rlvr.config import load_config
+from rlvr.rewards import REWARDS
+from rlvr.train.trainer import Trainer
+from rlvr.types import Score
+
+
+def metrics_by_step(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in records if "loss" in r}
+
+
+def test_run_directory_layout(fast_overrides, tmp_path):
+    cfg = load_config(None, fast_overrides + ["train.steps=3", "log.name=layout"])
+    summary = Trainer(cfg).run()
+    run = tmp_path / "runs" / "layout"
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.png"):
+        assert (run / name).is_file(), name
+    assert json.loads((run / "summary.json").read_text())["steps"] == 3
+    assert set(summary["base_eval"]) >= {"eval/accuracy", "eval/pass@1", "eval/pass@2"}
+    assert len(metrics_by_step(run)) == 3
+    AutoTokenizer.from_pretrained(run / "final")
+    AutoModelForCausalLM.from_pretrained(run / "final")
+    record = metrics_by_step(run)[1]
+    for key in ("reward", "reward_std", "accuracy", "entropy", "clip_frac", "response_length", "grad_norm",
+                "lr", "time/generate", "time/env", "time/update", "tokens_per_sec/generate"):
+        assert key in record, key
+
+
+def parity(problem, response):
+    return Score(float(len(response) % 2), "ok")
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_path, monkeypatch):
+    monkeypatch.setitem(REWARDS, "parity", parity)  # varies within groups, so every step moves the model
+    base = fast_overrides + [
+        "train.steps=4", "train.save_every=2", "algo.kl_coef=0.05", "algo.ppo_epochs=2", "task.rewards={parity: 1.0}",
+    ]
+    straight = Trainer(load_config(None, base + ["log.name=straight"]))
+    straight.run()
+
+    crashing = Trainer(load_config(None, base + ["log.name=crashed"]))
+    real_step, calls = Trainer.step, {"n": 0}
+
+    def step_then_crash(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated crash after the step-2 checkpoint")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", step_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        crashing.run()
+    monkeypatch.setattr(Trainer, "step", real_step)
+    resumed = Trainer(load_config(None, base + ["log.name=crashed"]), resume=tmp_path / "runs" / "crashed")
+    assert resumed.state["step"] == 2
+    resumed.run()
+
+    a, b = metrics_by_step(tmp_path / "runs" / "straight"), metrics_by_step(tmp_path / "runs" / "crashed")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for step in a:
+        assert a[step]["response_length"] == b[step]["response_length"]
+        assert a[step]["reward"] == b[step]["reward"]
+        for key in ("loss", "kl", "entropy"):
+            assert abs(a[step][key] - b[step][key]) < 1e-6, (step, key)
+    assert all(a[step]["grad_norm"] > 0 for step in a)
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_a_reward_that_raises_does_not_stop_training(fast_overrides, monkeypatch):
+    def flaky(problem, response):
+        if len(response) % 3 == 0:
+            raise RuntimeError("verifier bug")
+        return Score(1.0, "ok")
+
+    monkeypatch.setitem(REWARDS, "flaky", flaky)
+    cfg = load_config(None, fast_overrides + ["train.steps=3", "task.rewards={flaky: 1.0}"])
+    trainer = Trainer(cfg)
+    trainer.run()
+    records = list(metrics_by_step(trainer.run_dir.path).values())
+    assert len(records) == 3
+    assert sum(r["status/crash"] for r in records) > 0
+
+
+def test_non_finite_losses_skip_then_abort(fast_overrides, monkeypatch):
+    def nan_loss(inputs, algo):
+        return LossOutput((inputs.logprobs * float("nan")).sum())
+
+    monkeypatch.setitem(LOSSES, "nan", nan_loss)
+    cfg = load_config(None, fast_overrides + ["train.steps=10", "algo.loss=nan", "train.max_bad_steps=2"])
+    trainer = Trainer(cfg)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(RuntimeError, match="non-finite"):
+        trainer.run()
+    assert trainer.state["step"] == 2
+    assert all(torch.equal(p, q) for p, q in zip(before, trainer.model.parameters()))
