@@ -41,21 +41,12 @@ def cmd_train(args) -> None:
 
         run = RunDir(Path(args.resume))
         overrides = ([args.config] if args.config else []) + args.overrides
-        data = run.load_config().model_dump(mode="json")
-        cfg = load_config(None, [f"{k}={json.dumps(v)}" for k, v in _flatten(data)] + overrides)
+        cfg = load_config(None, overrides, base=run.load_config().model_dump(mode="json"))
         if args.quiet:
             cfg.log.quiet = True
         Trainer(cfg, resume=run.path).run()
     else:
         Trainer(_config(args.config, args.overrides, args.quiet)).run()
-
-
-def _flatten(tree: dict, prefix: str = ""):
-    for key, value in tree.items():
-        if isinstance(value, dict) and key != "rewards":
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield prefix + key, value
 
 
 def cmd_pretrain(args) -> None:
@@ -159,7 +150,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    root = parser()
+    # overrides may follow options (`rlvr eval M --task T task.digits=2`), which argparse
+    # leaves unparsed; anything else unknown is still an error
+    args, extra = root.parse_known_args(argv)
+    unknown = [a for a in extra if "=" not in a or a.startswith("-")]
+    if unknown or (extra and not hasattr(args, "overrides")):
+        root.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # rlvr shows its own; per-shard bars are noise
     try:
         args.func(args)
     except (ConfigError, ModelNotFoundError) as e:

@@ -265,9 +265,11 @@ def build_config(data: dict[str, Any]) -> Config:
         raise ConfigError(_explain(e, data)) from None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a TOML/YAML file (or start from defaults) and apply `section.key=value` overrides."""
-    data = read_file(path) if path else {}
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: dict[str, Any] | None = None
+) -> Config:
+    """Read a TOML/YAML file (or start from `base`, else defaults) and apply `section.key=value` overrides."""
+    data = read_file(path) if path else dict(base or {})
     known = _known_keys(Config)
     for item in overrides:
         if "=" not in item:

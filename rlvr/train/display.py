@@ -64,7 +64,8 @@ class Display:
         self.console.print(text) if not self.quiet else print(text, file=sys.stderr, flush=True)
 
     def summary(self, title: str, rows: list[tuple[str, str, str]]) -> None:
-        table = Table(title=title)
+        self.console.print(title)
+        table = Table()
         for column in ("metric", "base", "final"):
             table.add_column(column)
         for row in rows:

@@ -21,7 +21,7 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 import rlvr
 from rlvr.algos.advantages import AdvInputs
 from rlvr.analysis.report import plot_run
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config, ConfigError, dump_config
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import load_model
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
@@ -122,6 +122,7 @@ class Trainer:
         if self.reference is not None:
             self.reference.model.load_state_dict(state.pop("reference"))
         self.state = state
+        self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
         self.display.message(f"resumed {self.run_dir.path} at step {state['step']}")
 

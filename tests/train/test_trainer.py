@@ -101,3 +101,34 @@ def test_non_finite_losses_skip_then_abort(fast_overrides, monkeypatch):
         trainer.run()
     assert trainer.state["step"] == 2
     assert all(torch.equal(p, q) for p, q in zip(before, trainer.model.parameters()))
+
+
+def test_any_hugging_face_model_directory_trains(fast_overrides, tmp_path):
+    """A non-tiny model goes through AutoModelForCausalLM / AutoTokenizer: here a Qwen2 with a
+    system-prompt template, saved the way a hub snapshot is."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlvr.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )
+    model_dir = tmp_path / "qwen2-mini"
+    Qwen2ForCausalLM(config).save_pretrained(model_dir)
+    tokenizer.chat_template = (
+        "{{ '<|system|>Answer briefly.<|end|>' }}{% for m in messages %}"
+        "{{ '<|' + m['role'] + '|>' + m['content'] + '<|end|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+    )
+    tokenizer.save_pretrained(model_dir)
+    cfg = load_config(None, fast_overrides + [f"model.name={model_dir}", "train.steps=2", "task.rewards={parity: 1.0}"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(REWARDS, "parity", parity)
+        trainer = Trainer(cfg)
+        assert type(trainer.model).__name__ == "Qwen2ForCausalLM"
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        trainer.run()
+    assert any(not torch.equal(p, q) for p, q in zip(before, trainer.model.parameters()))
