@@ -62,21 +62,14 @@ def cmd_pretrain(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from rlvr.envs.single_turn import SingleTurnEnv
     from rlvr.models.loading import load_model
-    from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
     from rlvr.train.evaluate import evaluate
-    from rlvr.train.setup import build_components
+    from rlvr.train.setup import build_components, make_runner, resolve_device
 
     cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
     components = build_components(cfg)
     model, tokenizer = load_model(args.model, cfg.model.dtype, cfg.model.trust_remote_code)
-    r = cfg.rollout
-    runner = EpisodeRunner(
-        HFEngine(model, tokenizer), tokenizer,
-        lambda: SingleTurnEnv(components.reward, components.verifier),
-        SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop)),
-    )
+    runner = make_runner(cfg, model.to(resolve_device(cfg.model.device)), tokenizer, components)
     metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
     print(json.dumps(metrics, indent=2))
 

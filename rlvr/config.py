@@ -37,6 +37,9 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype of the policy (and reference) model."
     )
+    device: str = Field(
+        "auto", description="Torch device for the policy: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:0', ..."
+    )
     trust_remote_code: bool = Field(
         False, description="Allow hub models that ship their own modelling code."
     )
@@ -82,6 +85,9 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
     top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens; 0 disables.")
     stop: list[str] = Field(default_factory=list, description="Extra stop strings besides EOS.")
+    max_batch_size: int = Field(
+        256, gt=0, description="Most sequences the engine decodes at once; larger calls are split (bounds memory)."
+    )
 
 
 class AlgoConfig(Section):

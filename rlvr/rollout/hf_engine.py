@@ -43,8 +43,9 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
 class HFEngine:
     """Samples with the training model itself, so weight sync is free (`load_weights` is a no-op)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int = 256):
         self.model = model
+        self.max_batch_size = max_batch_size
         self.tokenizer = tokenizer
         self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)))
         self.pad_id = tokenizer.pad_token_id
@@ -63,6 +64,15 @@ class HFEngine:
         greedy = params.temperature == 0
         if not greedy and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt (pass seeds=...)")
+        if len(prompts) > self.max_batch_size:
+            size = self.max_batch_size
+            return [
+                completion
+                for start in range(0, len(prompts), size)
+                for completion in self.generate(
+                    prompts[start : start + size], params, None if greedy else seeds[start : start + size]
+                )
+            ]
         was_training = self.model.training
         self.model.eval()
         try:
@@ -99,7 +109,6 @@ class HFEngine:
         logprobs = torch.zeros((batch, params.max_new_tokens))
         finish = ["length"] * batch
         done = torch.zeros(batch, dtype=torch.bool)
-        eos = self.eos.to(device)
         cache = None
         for t in range(params.max_new_tokens):
             out = self.model(
@@ -109,18 +118,18 @@ class HFEngine:
             cache = getattr(out, self.cache_arg)
             dist = sampling_logprobs(out.logits[:, -1], params.temperature, params.top_k, params.top_p)
             if greedy:
-                next_tokens = dist.argmax(-1)
+                next_tokens = dist.argmax(-1).cpu()
             else:
                 # Gumbel-max with a private generator per row: a sample's tokens depend only on
                 # its own seed, not on which other prompts share the batch.
                 uniform = torch.stack([torch.rand(dist.shape[-1], generator=g) for g in generators])
                 gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0)))
-                next_tokens = (dist.cpu() + gumbel).argmax(-1).to(device)
-            chosen_lp = dist.gather(-1, next_tokens[:, None]).squeeze(-1)
-            live = ~done
-            tokens[live, t] = next_tokens[live].cpu()
-            logprobs[live, t] = chosen_lp[live].cpu()
-            hit_eos = torch.isin(next_tokens, eos) & live
+                next_tokens = (dist.cpu() + gumbel).argmax(-1)
+            chosen_lp = dist.gather(-1, next_tokens[:, None].to(device)).squeeze(-1).cpu()
+            live = ~done  # bookkeeping stays on the CPU; only the next input goes to the device
+            tokens[live, t] = next_tokens[live]
+            logprobs[live, t] = chosen_lp[live]
+            hit_eos = torch.isin(next_tokens, self.eos) & live
             for row in hit_eos.nonzero().flatten().tolist():
                 finish[row] = "eos"
             done |= hit_eos
@@ -131,7 +140,7 @@ class HFEngine:
                         finish[row], done[row] = "stop", True
             if bool(done.all()):
                 break
-            input_ids = next_tokens.masked_fill(done, self.pad_id)[:, None]
+            input_ids = next_tokens.masked_fill(done, self.pad_id)[:, None].to(device)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
             positions = positions[:, -1:] + 1
         return tokens, logprobs, finish

@@ -6,14 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+import torch
 from pydantic import ValidationError
 
 from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
+from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.registry import lookup
 from rlvr.rewards import REWARDS, score_safely, weighted
+from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.types import Problem, Score
@@ -73,3 +76,20 @@ def build_components(cfg: Config) -> Components:
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
     kl = lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator") if cfg.algo.kl_coef > 0 else None
     return Components(task, reward, verifier, advantage, loss, kl)
+
+
+def make_runner(cfg: Config, model, tokenizer, components: Components) -> EpisodeRunner:
+    """The embedded engine driving the task's single-turn env with the configured sampling."""
+    r = cfg.rollout
+    return EpisodeRunner(
+        HFEngine(model, tokenizer, r.max_batch_size),
+        tokenizer,
+        lambda: SingleTurnEnv(components.reward, components.verifier),
+        SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop)),
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)

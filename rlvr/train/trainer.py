@@ -22,15 +22,13 @@ import rlvr
 from rlvr.algos.advantages import AdvInputs
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
-from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import load_model
-from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
 from rlvr.train.display import Display
 from rlvr.train.evaluate import evaluate
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir
-from rlvr.train.setup import Components, build_components
+from rlvr.train.setup import Components, build_components, make_runner, resolve_device
 from rlvr.train.update import batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import STATUSES, Batch, Trajectory
@@ -59,7 +57,8 @@ def load_policy(cfg: Config, components: Components, display: Display):
             with display.bar("warm start (once per settings)", cfg.model.pretrain_steps) as bar:
                 name = str(ensure_warm_start(cfg, components.task, lambda s, loss: bar.update(s, {"sft_loss": loss})))
         name = str(warm_start_path(cfg))
-    return load_model(name, cfg.model.dtype, cfg.model.trust_remote_code)
+    model, tokenizer = load_model(name, cfg.model.dtype, cfg.model.trust_remote_code)
+    return model.to(resolve_device(cfg.model.device)), tokenizer
 
 
 def make_scheduler(cfg: Config, optimizer):
@@ -93,12 +92,7 @@ class Trainer:
         self.run_dir = RunDir(resume) if resume else RunDir.create(cfg)
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
-        r = cfg.rollout
-        self.params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
-        self.runner = EpisodeRunner(
-            HFEngine(self.model, self.tokenizer), self.tokenizer,
-            lambda: SingleTurnEnv(self.components.reward, self.components.verifier), self.params,
-        )
+        self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.scheduler = make_scheduler(cfg, self.optimizer)

@@ -92,3 +92,11 @@ def test_sampling_matches_the_distribution(tiny_model, tokenizer):
     for token, count in counts.items():
         p = math.exp(logprob_of[token])
         assert abs(count / n - p) < 4 * math.sqrt(p * (1 - p) / n) + 0.01
+
+
+def test_large_calls_are_split_without_changing_samples(tiny_model, tokenizer):
+    prompts = prompts_for(tokenizer, ["1+1=", "22+22=", "333+333=", "4*4=", "5-5="])
+    params = SamplingParams(10, 1.0)
+    whole = HFEngine(tiny_model, tokenizer).generate(prompts, params, seeds=list(range(5)))
+    split = HFEngine(tiny_model, tokenizer, max_batch_size=2).generate(prompts, params, seeds=list(range(5)))
+    assert [c.token_ids for c in whole] == [c.token_ids for c in split]
