@@ -102,7 +102,10 @@ def registry(kind: str) -> dict:
     else:
         from rlvr.models.tiny import PRESETS
 
-        found = {name: f"hidden {h}, layers {n}, heads {a}, mlp {f}" for name, (h, n, a, f) in PRESETS.items()}
+        found = {
+            name: f"hidden {h}, layers {n}, heads {a}, mlp {f}"
+            for name, (h, n, a, f) in PRESETS.items()
+        }
     return found
 
 
@@ -117,12 +120,18 @@ def parser() -> argparse.ArgumentParser:
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("config", nargs="?", help="TOML/YAML config file (optional)")
-        p.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. train.steps=50")
+        p.add_argument(
+            "overrides", nargs="*", help="section.key=value overrides, e.g. train.steps=50"
+        )
         p.add_argument("--quiet", action="store_true", help="log lines instead of a progress bar")
         return p
 
-    train = with_config(sub.add_parser("train", help="run RL training (default: tiny model, arithmetic)"))
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue runs/<name> from its newest checkpoint")
+    train = with_config(
+        sub.add_parser("train", help="run RL training (default: tiny model, arithmetic)")
+    )
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue runs/<name> from its newest checkpoint"
+    )
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="held-out greedy accuracy and pass@k of a model on a task")
@@ -132,7 +141,9 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="TOML/YAML config file for task, rollout and eval settings")
     ev.set_defaults(func=cmd_eval)
 
-    pre = with_config(sub.add_parser("pretrain", help="warm-start the tiny model on a task's demonstrations"))
+    pre = with_config(
+        sub.add_parser("pretrain", help="warm-start the tiny model on a task's demonstrations")
+    )
     pre.add_argument("--task", required=True, help="task name")
     pre.set_defaults(func=cmd_pretrain)
 

@@ -33,21 +33,30 @@ class ModelConfig(Section):
         description="'tiny' for the embedded character-level model, else a Hugging Face hub id "
         "or a local directory holding a causal LM and its tokenizer.",
     )
-    preset: str = Field("nano", description="Size preset of the tiny model (see `rlvr list presets`).")
+    preset: str = Field(
+        "nano", description="Size preset of the tiny model (see `rlvr list presets`)."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype of the policy (and reference) model."
     )
     device: str = Field(
-        "auto", description="Torch device for the policy: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:0', ..."
+        "auto",
+        description="Torch device for the policy: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:0', ...",
     )
     trust_remote_code: bool = Field(
         False, description="Allow hub models that ship their own modelling code."
     )
     pretrain_steps: int = Field(
-        600, gt=0, description="Tiny model only: supervised warm-start steps on task demonstrations."
+        600,
+        gt=0,
+        description="Tiny model only: supervised warm-start steps on task demonstrations.",
     )
-    pretrain_batch_size: int = Field(64, gt=0, description="Tiny model only: warm-start batch size.")
-    pretrain_lr: float = Field(2e-3, gt=0, description="Tiny model only: warm-start peak learning rate.")
+    pretrain_batch_size: int = Field(
+        64, gt=0, description="Tiny model only: warm-start batch size."
+    )
+    pretrain_lr: float = Field(
+        2e-3, gt=0, description="Tiny model only: warm-start peak learning rate."
+    )
     pretrain_flawed_share: float = Field(
         0.6,
         ge=0,
@@ -62,7 +71,9 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
-    name: str = Field("arithmetic", description="Task name from `rlvr list tasks`, or `module:Class`.")
+    name: str = Field(
+        "arithmetic", description="Task name from `rlvr list tasks`, or `module:Class`."
+    )
     eval_size: int = Field(200, gt=0, description="Number of held-out problems used for eval.")
     rewards: dict[str, float] = Field(
         default_factory=dict,
@@ -80,48 +91,89 @@ class RolloutConfig(Section):
         128, gt=0, description="Completions sampled per RL step (prompts per step x group_size)."
     )
     group_size: int = Field(8, gt=0, description="Completions sampled per prompt.")
-    max_new_tokens: int = Field(48, gt=0, description="Generation budget per completion, in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature (training logprobs use it too).")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
+    max_new_tokens: int = Field(
+        48, gt=0, description="Generation budget per completion, in tokens."
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature (training logprobs use it too)."
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling: keep the smallest set of tokens with this mass.",
+    )
     top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens; 0 disables.")
     stop: list[str] = Field(default_factory=list, description="Extra stop strings besides EOS.")
     max_batch_size: int = Field(
-        256, gt=0, description="Most sequences the engine decodes at once; larger calls are split (bounds memory)."
+        256,
+        gt=0,
+        description="Most sequences the engine decodes at once; larger calls are split (bounds memory).",
     )
 
 
 class AlgoConfig(Section):
     advantage: str = Field("grpo", description="Advantage estimator from `rlvr list advantages`.")
     loss: str = Field("ppo_clip", description="Policy loss from `rlvr list losses`.")
-    loss_agg: str = Field("token-mean", description="How per-token losses are reduced (`rlvr list aggregations`).")
+    loss_agg: str = Field(
+        "token-mean", description="How per-token losses are reduced (`rlvr list aggregations`)."
+    )
     normalize_std: bool = Field(
         True, description="GRPO: divide group-centred rewards by the group std (False = mean-only)."
     )
     clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1: ratio >= 1 - clip_low.")
-    clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above 1: ratio <= 1 + clip_high (clip-higher when > clip_low).")
-    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference; 0 loads no reference model.")
+    clip_high: float = Field(
+        0.2,
+        ge=0,
+        description="PPO ratio clip above 1: ratio <= 1 + clip_high (clip-higher when > clip_low).",
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the KL penalty to the frozen reference; 0 loads no reference model.",
+    )
     kl_estimator: str = Field("k3", description="KL estimator from `rlvr list kl` (k1 or k3).")
     ppo_epochs: int = Field(1, gt=0, description="Optimisation passes over each rollout batch.")
-    minibatches: int = Field(1, gt=0, description="Optimizer steps per epoch; the rollout batch is split evenly.")
+    minibatches: int = Field(
+        1, gt=0, description="Optimizer steps per epoch; the rollout batch is split evenly."
+    )
 
 
 class TrainConfig(Section):
     steps: int = Field(100, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
-        1e-4, gt=0, description="Peak learning rate of AdamW (tuned for the tiny model; real models want ~1e-6)."
+        1e-4,
+        gt=0,
+        description="Peak learning rate of AdamW (tuned for the tiny model; real models want ~1e-6).",
     )
-    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warmup.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="Learning-rate schedule after warmup."
+    )
     warmup_steps: int = Field(0, ge=0, description="Linear warmup, in optimizer steps.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping threshold (global L2 norm).")
-    micro_batch_size: int = Field(
-        64, gt=0, description="Sequences per forward/backward; gradients accumulate up to the minibatch."
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="Gradient clipping threshold (global L2 norm)."
     )
-    seed: int = Field(0, description="Global seed: data order, sampling (with step and sample index), init.")
-    eval_every: int = Field(20, ge=0, description="Run held-out eval every this many steps; 0 = only at start and end.")
-    eval_k: int = Field(4, gt=0, description="Samples per eval problem for pass@k (k = eval_k); 1 skips sampling.")
-    save_every: int = Field(50, ge=0, description="Write a checkpoint every this many steps; 0 = only at the end.")
-    max_bad_steps: int = Field(3, gt=0, description="Abort after this many consecutive non-finite steps.")
+    micro_batch_size: int = Field(
+        64,
+        gt=0,
+        description="Sequences per forward/backward; gradients accumulate up to the minibatch.",
+    )
+    seed: int = Field(
+        0, description="Global seed: data order, sampling (with step and sample index), init."
+    )
+    eval_every: int = Field(
+        20, ge=0, description="Run held-out eval every this many steps; 0 = only at start and end."
+    )
+    eval_k: int = Field(
+        4, gt=0, description="Samples per eval problem for pass@k (k = eval_k); 1 skips sampling."
+    )
+    save_every: int = Field(
+        50, ge=0, description="Write a checkpoint every this many steps; 0 = only at the end."
+    )
+    max_bad_steps: int = Field(
+        3, gt=0, description="Abort after this many consecutive non-finite steps."
+    )
 
 
 class LogConfig(Section):
@@ -132,10 +184,14 @@ class LogConfig(Section):
 
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
-    task: TaskConfig = Field(default_factory=TaskConfig, description="Where problems come from and how they are scored.")
+    task: TaskConfig = Field(
+        default_factory=TaskConfig, description="Where problems come from and how they are scored."
+    )
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling.")
     algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantage, loss and KL.")
-    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation and schedule.")
+    train: TrainConfig = Field(
+        default_factory=TrainConfig, description="Optimisation and schedule."
+    )
     log: LogConfig = Field(default_factory=LogConfig, description="Run directory and display.")
 
     @model_validator(mode="after")
@@ -199,6 +255,16 @@ def _field_type(key: str) -> Any:
     return annotation
 
 
+def _default(key: str) -> Any:
+    """The default of a leaf key such as 'rollout.max_new_tokens', else None."""
+    section, _, name = key.partition(".")
+    field = Config.model_fields.get(section)
+    sub = getattr(field.annotation, "model_fields", {}).get(name) if field else None
+    if sub is None or sub.is_required():
+        return None
+    return sub.default_factory() if sub.default_factory else sub.default
+
+
 def _parse_value(key: str, text: str) -> Any:
     """Command-line values are YAML scalars/lists (0.02, true, [add, mul], {numeric: 1.0}),
     except for text fields, which keep what was typed (log.name=2024 stays a string)."""
@@ -224,7 +290,9 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
 def read_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; fix: check the path (examples/ holds ready configs).")
+        raise ConfigError(
+            f"config file {path} does not exist; fix: check the path (examples/ holds ready configs)."
+        )
     text = path.read_text()
     try:
         if path.suffix == ".toml":
@@ -232,7 +300,9 @@ def read_file(path: str | Path) -> dict[str, Any]:
         elif path.suffix in (".yaml", ".yml"):
             data = yaml.safe_load(text) or {}
         else:
-            raise ConfigError(f"config file {path}: unknown extension; fix: use .toml, .yaml or .yml.")
+            raise ConfigError(
+                f"config file {path}: unknown extension; fix: use .toml, .yaml or .yml."
+            )
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {e}") from e
     if not isinstance(data, dict):
@@ -246,7 +316,9 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     for err in error.errors():
         key = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            lines.append(f"unknown key '{key}'.{suggest(key, known)} (see docs/config.md for every key)")
+            lines.append(
+                f"unknown key '{key}'.{suggest(key, known)} (see docs/config.md for every key)"
+            )
             continue
         value: Any = data
         for part in err["loc"]:
@@ -257,10 +329,12 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
             else:
                 value = None
         msg = err["msg"].removeprefix("Value error, ")
-        if key:
-            lines.append(f"{key} = {value!r}: {msg}")
-        else:
+        if not key:
             lines.append(msg)
+            continue
+        default = _default(key)
+        fix = f"; fix: e.g. the default, {key}={json.dumps(default)}" if default is not None else ""
+        lines.append(f"{key} = {value!r}: {msg}{fix}")
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
@@ -272,18 +346,24 @@ def build_config(data: dict[str, Any]) -> Config:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: dict[str, Any] | None = None
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    base: dict[str, Any] | None = None,
 ) -> Config:
     """Read a TOML/YAML file (or start from `base`, else defaults) and apply `section.key=value` overrides."""
     data = read_file(path) if path else dict(base or {})
     known = _known_keys(Config)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"override '{item}' has no '='; fix: write section.key=value, e.g. train.steps=50.")
+            raise ConfigError(
+                f"override '{item}' has no '='; fix: write section.key=value, e.g. train.steps=50."
+            )
         key, text = item.split("=", 1)
         key = key.strip()
         if "." not in key:
-            raise ConfigError(f"override '{item}': keys are dotted (section.key).{suggest(key, known)}")
+            raise ConfigError(
+                f"override '{item}': keys are dotted (section.key).{suggest(key, known)}"
+            )
         _set_dotted(data, key, _parse_value(key, text))
     return build_config(data)
 
@@ -304,16 +384,30 @@ def config_reference(tasks: dict[str, Any]) -> str:
     ]
     for section, field in Config.model_fields.items():
         model = field.annotation
-        lines += [f"## `{section}`: {field.description}", "", "| key | default | description |", "|---|---|---|"]
+        lines += [
+            f"## `{section}`: {field.description}",
+            "",
+            "| key | default | description |",
+            "|---|---|---|",
+        ]
         for name, sub in model.model_fields.items():
             default = sub.default_factory() if sub.default_factory else sub.default
             lines.append(f"| `{section}.{name}` | `{json.dumps(default)}` | {sub.description} |")
         lines.append("")
         if section == "task":
             for task_name, task_cls in sorted(tasks.items()):
-                lines += [f"### `task.name = \"{task_name}\"`: {task_cls.__doc__}", "", "| key | default | description |", "|---|---|---|"]
+                lines += [
+                    f'### `task.name = "{task_name}"`: {task_cls.__doc__}',
+                    "",
+                    "| key | default | description |",
+                    "|---|---|---|",
+                ]
                 for name, sub in task_cls.Params.model_fields.items():
-                    default = "required" if sub.is_required() else f"`{json.dumps(sub.default_factory() if sub.default_factory else sub.default)}`"
+                    default = (
+                        "required"
+                        if sub.is_required()
+                        else f"`{json.dumps(sub.default_factory() if sub.default_factory else sub.default)}`"
+                    )
                     lines.append(f"| `task.{name}` | {default} | {sub.description} |")
                 lines.append("")
     return "\n".join(lines)

@@ -19,7 +19,9 @@ def load_object(path: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise ConfigError(f"module '{module_name}' has no attribute '{attr}' (from '{path}').") from None
+        raise ConfigError(
+            f"module '{module_name}' has no attribute '{attr}' (from '{path}')."
+        ) from None
 
 
 def lookup(registry: dict[str, Any], name: str, key: str, group: str | None = None) -> Any:

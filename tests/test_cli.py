@@ -9,7 +9,16 @@ from rlvr.cli import main
 def test_list_prints_every_registry(capsys):
     main(["list"])
     out = capsys.readouterr().out
-    for name in ("grpo", "ppo_clip", "k3", "token-mean", "numeric", "arithmetic", "single_turn", "nano"):
+    for name in (
+        "grpo",
+        "ppo_clip",
+        "k3",
+        "token-mean",
+        "numeric",
+        "arithmetic",
+        "single_turn",
+        "nano",
+    ):
         assert name in out
 
 
@@ -32,7 +41,13 @@ def test_train_resume_eval_and_pretrain(fast_overrides, tmp_path, capsys):
     run = tmp_path / "runs" / "cli"
     main(["train", "--resume", str(run), "train.steps=3", "--quiet"])
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s for s in steps if s > 0] == [1, 2, 2, 3, 3]  # step 2 and 3 carry a final eval record too
+    assert [s for s in steps if s > 0] == [
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]  # step 2 and 3 carry a final eval record too
     capsys.readouterr()
     main(["eval", str(run / "final"), "--task", "arithmetic", "task.eval_size=4", "train.eval_k=2"])
     metrics = json.loads(capsys.readouterr().out)

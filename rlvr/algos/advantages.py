@@ -25,7 +25,9 @@ def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
     _, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     sums = torch.zeros(len(counts), dtype=values.dtype).index_add_(0, index, values)
     means = sums / counts
-    sq = torch.zeros(len(counts), dtype=values.dtype).index_add_(0, index, (values - means[index]) ** 2)
+    sq = torch.zeros(len(counts), dtype=values.dtype).index_add_(
+        0, index, (values - means[index]) ** 2
+    )
     stds = (sq / (counts - 1).clamp(min=1)).sqrt()
     return means[index], stds[index]
 

@@ -28,7 +28,9 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)  # additive across micro-batches
 
 
-def token_mean(values: torch.Tensor, mask: torch.Tensor, num_tokens: float, num_seqs: int) -> torch.Tensor:
+def token_mean(
+    values: torch.Tensor, mask: torch.Tensor, num_tokens: float, num_seqs: int
+) -> torch.Tensor:
     """Every policy token of the minibatch weighs the same (DAPO's token-level loss)."""
     return (values * mask).sum() / max(num_tokens, 1.0)
 

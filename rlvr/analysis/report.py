@@ -18,7 +18,9 @@ def plot_run(records: list[dict], path: Path, title: str = "") -> Path:
     if train:
         steps = [r["step"] for r in train]
         left.plot(steps, [r["reward"] for r in train], label="reward (mean)")
-        left.plot(steps, [r["accuracy"] for r in train], label="train accuracy (sampled)", alpha=0.7)
+        left.plot(
+            steps, [r["accuracy"] for r in train], label="train accuracy (sampled)", alpha=0.7
+        )
     left.set(xlabel="step", title="training batch")
     left.legend(loc="lower right")
     if evals:

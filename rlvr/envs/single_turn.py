@@ -24,6 +24,9 @@ class SingleTurnEnv:
     def step(self, action_text: str) -> StepResult:
         score = self.reward(self.problem, action_text)
         check = score if self.verifier is self.reward else self.verifier(self.problem, action_text)
-        info = {"status": score.status, "correct": check.status == "ok" and check.value > 0}
-        info.update({k: v for k, v in score.info.items() if isinstance(v, (int, float))})
+        info = {
+            "status": score.status,
+            "correct": check.status == "ok" and check.value > 0,
+            "components": {k: v for k, v in score.info.items() if isinstance(v, (int, float))},
+        }
         return StepResult(observation=None, reward=score.value, done=True, info=info)

@@ -57,7 +57,9 @@ def _explain(name: str, error: Exception) -> str:
         )
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local:
-        return f"model directory {name!r} does not exist. Fix: check the path, or use model.name=tiny."
+        return (
+            f"model directory {name!r} does not exist. Fix: check the path, or use model.name=tiny."
+        )
     return (
         f"could not load {name!r} from the Hugging Face hub or the local cache ({error}). "
         "Fix: check the id for typos; when offline, download it first on a connected machine "

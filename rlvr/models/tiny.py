@@ -32,7 +32,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """Character-level fast tokenizer with pad/bos/eos and a chat template."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # "." skips newlines
+    core.pre_tokenizer = pre_tokenizers.Split(
+        Regex(r"[\s\S]"), behavior="isolated"
+    )  # "." skips newlines
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
@@ -52,7 +54,9 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) 
     import torch
 
     if preset not in PRESETS:
-        raise ValueError(f"unknown tiny-model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        raise ValueError(
+            f"unknown tiny-model preset {preset!r}; choose one of {', '.join(PRESETS)}"
+        )
     hidden, layers, heads, mlp = PRESETS[preset]
     config = LlamaConfig(
         vocab_size=len(tokenizer),

@@ -21,14 +21,19 @@ class SamplingParams:
 @dataclass
 class Completion:
     token_ids: list[int]
-    logprobs: list[float]  # under the distribution actually sampled from (after temperature/top-p/top-k)
+    logprobs: list[
+        float
+    ]  # under the distribution actually sampled from (after temperature/top-p/top-k)
     finish_reason: str  # "eos" | "stop" | "length"
     text: str = field(default="")
 
 
 class Engine(Protocol):
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         """Sample one completion per prompt; `seeds[i]` alone determines prompt i's randomness."""
         ...
@@ -40,4 +45,7 @@ class Engine(Protocol):
 
 def sample_seed(*parts: int) -> int:
     """A 63-bit seed from (seed, stream, step, sample index): stable across runs and resumes."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
+    return int(
+        np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0]
+        >> 1
+    )

@@ -12,7 +12,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlvr.rollout.engine import Completion, SamplingParams
 
 
-def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+def sampling_logprobs(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """Log-probabilities of the distribution actually sampled from; filtered tokens get -inf.
 
     logits: [B, V]. temperature 0 (greedy) leaves the distribution unscaled.
@@ -43,21 +45,28 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
 class HFEngine:
     """Samples with the training model itself, so weight sync is free (`load_weights` is a no-op)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int = 256):
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch_size: int = 256
+    ):
         self.model = model
         self.max_batch_size = max_batch_size
         self.tokenizer = tokenizer
         self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)))
         self.pad_id = tokenizer.pad_token_id
         # transformers 5 renamed `past_key_values` to `cache`; support both generations.
-        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
 
     def load_weights(self, state_dict: dict) -> None:
         return None
 
     @torch.no_grad()
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
     ) -> list[Completion]:
         if not prompts:
             return []
@@ -70,7 +79,9 @@ class HFEngine:
                 completion
                 for start in range(0, len(prompts), size)
                 for completion in self.generate(
-                    prompts[start : start + size], params, None if greedy else seeds[start : start + size]
+                    prompts[start : start + size],
+                    params,
+                    None if greedy else seeds[start : start + size],
                 )
             ]
         was_training = self.model.training
@@ -105,18 +116,26 @@ class HFEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         generators = None if greedy else [torch.Generator().manual_seed(int(s)) for s in seeds]
 
-        tokens = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long)  # -1 = not generated
+        tokens = torch.full(
+            (batch, params.max_new_tokens), -1, dtype=torch.long
+        )  # -1 = not generated
         logprobs = torch.zeros((batch, params.max_new_tokens))
         finish = ["length"] * batch
         done = torch.zeros(batch, dtype=torch.bool)
         cache = None
         for t in range(params.max_new_tokens):
             out = self.model(
-                input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                use_cache=True, logits_to_keep=1, **{self.cache_arg: cache},
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.cache_arg: cache},
             )
             cache = getattr(out, self.cache_arg)
-            dist = sampling_logprobs(out.logits[:, -1], params.temperature, params.top_k, params.top_p)
+            dist = sampling_logprobs(
+                out.logits[:, -1], params.temperature, params.top_k, params.top_p
+            )
             if greedy:
                 next_tokens = dist.argmax(-1).cpu()
             else:
@@ -141,6 +160,8 @@ class HFEngine:
             if bool(done.all()):
                 break
             input_ids = next_tokens.masked_fill(done, self.pad_id)[:, None].to(device)
-            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
+            attention = torch.cat(
+                [attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1
+            )
             positions = positions[:, -1:] + 1
         return tokens, logprobs, finish

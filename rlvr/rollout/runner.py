@@ -13,8 +13,12 @@ from rlvr.rollout.engine import Engine, SamplingParams, sample_seed
 from rlvr.types import Message, Problem, Trajectory
 
 
-def render(tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+def render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
+) -> str:
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    )
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
@@ -77,7 +81,11 @@ class EpisodeRunner:
         self.timings: dict[str, float] = {}  # seconds in the engine and in env steps, last collect
 
     def collect(
-        self, problems: Sequence[Problem], group_size: int, seed: Sequence[int], params: SamplingParams | None = None
+        self,
+        problems: Sequence[Problem],
+        group_size: int,
+        seed: Sequence[int],
+        params: SamplingParams | None = None,
     ) -> list[Trajectory]:
         """Trajectories ordered problem by problem, `group_size` each; sample i of the call is
         seeded from (*seed, i, turn), so the same call always samples the same tokens."""
@@ -112,7 +120,9 @@ class EpisodeRunner:
                 episode.info.update(result.info)
                 episode.done = result.done or turn == self.max_turns - 1
                 if not episode.done:
-                    self._append_observation(episode, completion.token_ids, result.observation or "")
+                    self._append_observation(
+                        episode, completion.token_ids, result.observation or ""
+                    )
         return [e.to_trajectory() for e in episodes]
 
     def _append_observation(self, episode: Episode, reply_ids: list[int], observation: str) -> None:
@@ -126,7 +136,9 @@ class EpisodeRunner:
         ]
         after = render(self.tokenizer, episode.messages, True)
         if not after.startswith(before):
-            raise ValueError("the chat template is not append-only; multi-turn episodes need one that is")
+            raise ValueError(
+                "the chat template is not append-only; multi-turn episodes need one that is"
+            )
         ids = self.tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
         episode.token_ids = episode.token_ids + ids
         episode.loss_mask = episode.loss_mask + [0] * len(ids)

@@ -16,7 +16,11 @@ COMPLETE = "COMPLETE"
 
 
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -47,9 +51,17 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     # clone: tied embeddings share storage, which safetensors refuses to write twice
-    save_file({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, tmp / "model.safetensors")
+    save_file(
+        {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        tmp / "model.safetensors",
+    )
     torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "state": state, "rng": rng_state()},
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "state": state,
+            "rng": rng_state(),
+        },
         tmp / "trainer.pt",
     )
     _fsync_tree(tmp)

@@ -18,13 +18,19 @@ from rich.progress import (
 from rich.table import Table
 
 SHOWN = {
-    "sft_loss": "loss", "reward": "reward", "accuracy": "acc", "kl": "kl", "eval/accuracy": "eval_acc",
+    "sft_loss": "loss",
+    "reward": "reward",
+    "accuracy": "acc",
+    "kl": "kl",
+    "eval/accuracy": "eval_acc",
     "time/step": "s/step",
 }
 
 
 def brief(metrics: dict[str, float]) -> str:
-    return "  ".join(f"{label} {metrics[key]:.3f}" for key, label in SHOWN.items() if key in metrics)
+    return "  ".join(
+        f"{label} {metrics[key]:.3f}" for key, label in SHOWN.items() if key in metrics
+    )
 
 
 class Display:
@@ -38,16 +44,22 @@ class Display:
 
     @contextmanager
     def bar(self, description: str, total: int, completed: int = 0):
+        self._last = {}
         if self.quiet:
             self._log_every = max(1, total // 20)  # ~20 log lines per bar
             yield self
             return
         progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
-            console=self.console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[metrics]}"),
+            console=self.console,
+            transient=False,
         )
-        self._progress, self._last = progress, {}
+        self._progress = progress
         self._task = progress.add_task(description, total=total, completed=completed, metrics="")
         with progress:
             yield self
@@ -58,7 +70,11 @@ class Display:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, metrics=brief(self._last))
         elif step % self._log_every == 0 or "eval/accuracy" in metrics:
-            print(f"{time.strftime('%H:%M:%S')} step {step}  {brief(self._last)}", file=sys.stderr, flush=True)
+            print(
+                f"{time.strftime('%H:%M:%S')} step {step}  {brief(self._last)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def message(self, text: str) -> None:
         self.console.print(text) if not self.quiet else print(text, file=sys.stderr, flush=True)

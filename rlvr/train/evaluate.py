@@ -12,8 +12,12 @@ from rlvr.types import Problem
 EVAL_STREAM = 1  # keeps eval sampling seeds apart from training's (stream 0)
 
 
-def evaluate(runner: EpisodeRunner, problems: list[Problem], k: int, seed: int, step: int) -> dict[str, float]:
-    greedy = runner.collect(problems, 1, (seed, EVAL_STREAM, step), replace(runner.params, temperature=0.0))
+def evaluate(
+    runner: EpisodeRunner, problems: list[Problem], k: int, seed: int, step: int
+) -> dict[str, float]:
+    greedy = runner.collect(
+        problems, 1, (seed, EVAL_STREAM, step), replace(runner.params, temperature=0.0)
+    )
     metrics = {
         "eval/accuracy": sum(t.correct for t in greedy) / len(greedy),
         "eval/reward": sum(t.reward for t in greedy) / len(greedy),
@@ -25,5 +29,7 @@ def evaluate(runner: EpisodeRunner, problems: list[Problem], k: int, seed: int, 
         for t in sampled:
             correct[t.group_id] += t.correct
         metrics["eval/pass@1"] = sum(pass_at_k(k, c, 1) for c in correct.values()) / len(problems)
-        metrics[f"eval/pass@{k}"] = sum(pass_at_k(k, c, k) for c in correct.values()) / len(problems)
+        metrics[f"eval/pass@{k}"] = sum(pass_at_k(k, c, k) for c in correct.values()) / len(
+            problems
+        )
     return metrics

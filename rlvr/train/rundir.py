@@ -21,7 +21,8 @@ class RunDir:
         self.final = path / "final"
 
     @classmethod
-    def create(cls, cfg: Config) -> RunDir:
+    def for_config(cls, cfg: Config) -> RunDir:
+        """The new run's directory, checked but not yet written (a failed start leaves nothing)."""
         name = cfg.log.name or f"{cfg.task.name.replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
         run = cls(Path(cfg.log.run_dir) / name)
         if run.checkpoints.is_dir() and any(run.checkpoints.iterdir()):
@@ -29,14 +30,18 @@ class RunDir:
                 f"run directory {run.path} already holds checkpoints; fix: `rlvr train --resume {run.path}` "
                 "to continue it, or set log.name to a new name"
             )
-        run.path.mkdir(parents=True, exist_ok=True)
-        run.config_file.write_text(dump_config(cfg))
-        run.metrics_file.write_text("")
         return run
+
+    def start(self, cfg: Config) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(dump_config(cfg))
+        self.metrics_file.write_text("")
 
     def load_config(self) -> Config:
         if not self.config_file.is_file():
-            raise ConfigError(f"{self.path} is not a run directory (no config.yaml); fix: pass runs/<name>")
+            raise ConfigError(
+                f"{self.path} is not a run directory (no config.yaml); fix: pass runs/<name>"
+            )
         return build_config(yaml.safe_load(self.config_file.read_text()))
 
     def log(self, record: dict) -> None:
@@ -47,7 +52,11 @@ class RunDir:
         """Drop records of steps that a resume will run again."""
         if not self.metrics_file.is_file():
             return
-        kept = [line for line in self.metrics_file.read_text().splitlines() if line and json.loads(line)["step"] <= after_step]
+        kept = [
+            line
+            for line in self.metrics_file.read_text().splitlines()
+            if line and json.loads(line)["step"] <= after_step
+        ]
         self.metrics_file.write_text("".join(line + "\n" for line in kept))
 
     def read_metrics(self) -> list[dict]:

@@ -40,11 +40,16 @@ def build_task(cfg: Config) -> Task:
         params = task_cls.Params.model_validate(cfg.task.params)
     except ValidationError as e:
         lines = []
-        known = [f"task.{k}" for k in list(task_cls.Params.model_fields) + list(type(cfg.task).model_fields)]
+        known = [
+            f"task.{k}"
+            for k in list(task_cls.Params.model_fields) + list(type(cfg.task).model_fields)
+        ]
         for err in e.errors():
             key = "task." + ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
-                lines.append(f"unknown key '{key}' for task '{cfg.task.name}'.{suggest(key, known)}")
+                lines.append(
+                    f"unknown key '{key}' for task '{cfg.task.name}'.{suggest(key, known)}"
+                )
             else:
                 value = cfg.task.params.get(str(err["loc"][0])) if err["loc"] else None
                 lines.append(f"{key} = {value!r}: {err['msg']}")
@@ -60,7 +65,10 @@ def build_components(cfg: Config) -> Components:
     verifier_fn = lookup(REWARDS, task.verifier, "task verifier", group="rlvr.rewards")
     verifier = partial(score_safely, verifier_fn)
     if cfg.task.rewards:
-        resolved = {name: lookup(REWARDS, name, f"task.rewards.{name}", group="rlvr.rewards") for name in cfg.task.rewards}
+        resolved = {
+            name: lookup(REWARDS, name, f"task.rewards.{name}", group="rlvr.rewards")
+            for name in cfg.task.rewards
+        }
         reward = partial(score_safely, weighted(cfg.task.rewards, registry={**REWARDS, **resolved}))
     else:
         reward = verifier
@@ -74,7 +82,11 @@ def build_components(cfg: Config) -> Components:
         )
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
-    kl = lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator") if cfg.algo.kl_coef > 0 else None
+    kl = (
+        lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator")
+        if cfg.algo.kl_coef > 0
+        else None
+    )
     return Components(task, reward, verifier, advantage, loss, kl)
 
 

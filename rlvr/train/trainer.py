@@ -55,7 +55,11 @@ def load_policy(cfg: Config, components: Components, display: Display):
     if name == "tiny":
         if not (warm_start_path(cfg) / "COMPLETE").is_file():
             with display.bar("warm start (once per settings)", cfg.model.pretrain_steps) as bar:
-                name = str(ensure_warm_start(cfg, components.task, lambda s, loss: bar.update(s, {"sft_loss": loss})))
+                name = str(
+                    ensure_warm_start(
+                        cfg, components.task, lambda s, loss: bar.update(s, {"sft_loss": loss})
+                    )
+                )
         name = str(warm_start_path(cfg))
     model, tokenizer = load_model(name, cfg.model.dtype, cfg.model.trust_remote_code)
     return model.to(resolve_device(cfg.model.device)), tokenizer
@@ -79,6 +83,9 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
     }
     metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
+    components = [t.info.get("components", {}) for t in trajectories]
+    for name in sorted({name for c in components for name in c}):
+        metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
     return metrics
 
 
@@ -89,16 +96,27 @@ class Trainer:
         self.cfg = cfg
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         self.display = Display(cfg.log.quiet)
-        self.run_dir = RunDir(resume) if resume else RunDir.create(cfg)
+        self.run_dir = RunDir(resume) if resume else RunDir.for_config(cfg)
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
+        if not resume:
+            self.run_dir.start(cfg)
         self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+        )
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
-        self.state = {"step": 0, "cursor": 0, "bad_steps": 0, "base_eval": None, "elapsed": 0.0, "hash": cfg.hash()}
+        self.state = {
+            "step": 0,
+            "cursor": 0,
+            "bad_steps": 0,
+            "base_eval": None,
+            "elapsed": 0.0,
+            "hash": cfg.hash(),
+        }
         if resume:
             self._resume()
 
@@ -113,22 +131,32 @@ class Trainer:
                 f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
             )
         self.update_rng.set_state(state.pop("update_rng"))
-        if self.reference is not None:
-            self.reference.model.load_state_dict(state.pop("reference"))
         self.state = state
         self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
         self.display.message(f"resumed {self.run_dir.path} at step {state['step']}")
 
     def save(self) -> None:
+        # The reference is not saved: it is the starting model, rebuilt from model.name.
         state = dict(self.state, update_rng=self.update_rng.get_state())
-        if self.reference is not None:
-            state["reference"] = self.reference.model.state_dict()
-        save_checkpoint(self.run_dir.checkpoints, self.state["step"], self.model, self.optimizer, self.scheduler, state)
+        save_checkpoint(
+            self.run_dir.checkpoints,
+            self.state["step"],
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            state,
+        )
 
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
-        metrics = evaluate(self.runner, self.eval_problems, self.cfg.train.eval_k, self.cfg.train.seed, self.state["step"])
+        metrics = evaluate(
+            self.runner,
+            self.eval_problems,
+            self.cfg.train.eval_k,
+            self.cfg.train.seed,
+            self.state["step"],
+        )
         return dict(metrics, **{"time/eval": time.perf_counter() - start})
 
     def step(self) -> dict[str, float]:
@@ -138,20 +166,40 @@ class Trainer:
         problems = [c.task.train_problem(self.state["cursor"] + i) for i in range(prompts)]
         self.state["cursor"] += prompts
         with timed(timings, "time/rollout"):
-            trajectories = self.runner.collect(problems, cfg.rollout.group_size, (cfg.train.seed, TRAIN_STREAM, self.state["step"]))
+            trajectories = self.runner.collect(
+                problems, cfg.rollout.group_size, (cfg.train.seed, TRAIN_STREAM, self.state["step"])
+            )
         timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
         old = ref = None
-        if cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1:  # on-policy single pass: old == current
+        if (
+            cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
+        ):  # on-policy single pass: old == current
             with timed(timings, "time/old_logprobs"):
-                old = batch_logprobs(self.model, batch, cfg.train.micro_batch_size, cfg.rollout.temperature)
+                old = batch_logprobs(
+                    self.model, batch, cfg.train.micro_batch_size, cfg.rollout.temperature
+                )
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"):
-                ref = self.reference.logprobs(batch, cfg.train.micro_batch_size, cfg.rollout.temperature)
-        advantages = c.advantage(AdvInputs(batch.rewards, batch.group_ids, batch.loss_mask), cfg.algo)
+                ref = self.reference.logprobs(
+                    batch, cfg.train.micro_batch_size, cfg.rollout.temperature
+                )
+        advantages = c.advantage(
+            AdvInputs(batch.rewards, batch.group_ids, batch.loss_mask), cfg.algo
+        )
         with timed(timings, "time/update"):
             result = policy_update(
-                self.model, self.optimizer, self.scheduler, batch, advantages, old, ref, cfg, c.loss, c.kl, self.update_rng
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                batch,
+                advantages,
+                old,
+                ref,
+                cfg,
+                c.loss,
+                c.kl,
+                self.update_rng,
             )
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         generated = float(batch.loss_mask.sum())
@@ -159,7 +207,11 @@ class Trainer:
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
-        metrics["tokens_per_sec/train"] = float(batch.attention_mask.sum()) * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
+        metrics["tokens_per_sec/train"] = (
+            float(batch.attention_mask.sum())
+            * cfg.algo.ppo_epochs
+            / max(timings["time/update"], 1e-9)
+        )
         return metrics
 
     def run(self) -> dict:
@@ -168,7 +220,9 @@ class Trainer:
         if self.state["base_eval"] is None:
             self.state["base_eval"] = self.evaluate()
             run_dir.log({"step": 0, **self.state["base_eval"]})
-            self.display.message(f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}")
+            self.display.message(
+                f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
+            )
         with self.display.bar("rl", cfg.train.steps, self.state["step"]) as bar:
             while self.state["step"] < cfg.train.steps:
                 step_start = time.perf_counter()
@@ -177,19 +231,29 @@ class Trainer:
                 step = self.state["step"]
                 metrics["time/step"] = time.perf_counter() - step_start
                 if metrics["skipped_updates"]:
-                    self.display.message(f"[yellow]step {step}: non-finite loss or gradient, update skipped")
+                    self.display.message(
+                        f"[yellow]step {step}: non-finite loss or gradient, update skipped"
+                    )
                     if self.state["bad_steps"] >= cfg.train.max_bad_steps:
                         raise RuntimeError(
                             f"aborting: {self.state['bad_steps']} consecutive steps had a non-finite loss or "
                             f"gradient; the last good checkpoint is in {run_dir.checkpoints}. Lower train.lr or "
                             "check the reward for extreme values."
                         )
-                if cfg.train.eval_every and step % cfg.train.eval_every == 0 and step < cfg.train.steps:
+                if (
+                    cfg.train.eval_every
+                    and step % cfg.train.eval_every == 0
+                    and step < cfg.train.steps
+                ):
                     metrics.update(self.evaluate())
                 self.state["elapsed"] = time.perf_counter() - started
                 run_dir.log({"step": step, **metrics})
                 bar.update(step, metrics)
-                if cfg.train.save_every and step % cfg.train.save_every == 0 and step < cfg.train.steps:
+                if (
+                    cfg.train.save_every
+                    and step % cfg.train.save_every == 0
+                    and step < cfg.train.steps
+                ):
                     self.save()
         return self.finish(started)
 
@@ -208,13 +272,23 @@ class Trainer:
             "wall_seconds": round(self.state["elapsed"], 1),
             "config_hash": self.cfg.hash(),
             "versions": {
-                "rlvr": rlvr.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+                "rlvr": rlvr.__version__,
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
                 "python": platform.python_version(),
             },
             "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
         }
         self.run_dir.write_summary(summary)
-        plot_run(self.run_dir.read_metrics(), self.run_dir.path / "report.png", str(self.run_dir.path.name))
-        rows = [(k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}") for k in final_eval if k in base and not k.startswith("time/")]
+        plot_run(
+            self.run_dir.read_metrics(),
+            self.run_dir.path / "report.png",
+            str(self.run_dir.path.name),
+        )
+        rows = [
+            (k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}")
+            for k in final_eval
+            if k in base and not k.startswith("time/")
+        ]
         self.display.summary(f"{self.run_dir.path}  ({summary['wall_seconds']:.0f} s)", rows)
         return summary

@@ -26,15 +26,23 @@ def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
     return int(attention[batch_rows].sum(-1).max())
 
 
-def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, with_entropy: bool = False):
+def micro_logprobs(
+    model, batch: Batch, rows: torch.Tensor, temperature: float, with_entropy: bool = False
+):
     width = trim(rows, batch.attention_mask)
     return token_logprobs(
-        model, batch.input_ids[rows, :width], batch.attention_mask[rows, :width], temperature, with_entropy
+        model,
+        batch.input_ids[rows, :width],
+        batch.attention_mask[rows, :width],
+        temperature,
+        with_entropy,
     )
 
 
 @torch.no_grad()
-def batch_logprobs(model: PreTrainedModel, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+def batch_logprobs(
+    model: PreTrainedModel, batch: Batch, micro_batch_size: int, temperature: float
+) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference)."""
     out = torch.zeros_like(batch.loss_mask)
     for rows in torch.arange(len(batch)).split(micro_batch_size):
@@ -70,10 +78,16 @@ def policy_update(
             num_tokens = float(batch.loss_mask[minibatch].sum())
             step_metrics: dict[str, float] = defaultdict(float)
             for rows in minibatch.split(train.micro_batch_size):
-                logprobs, entropy = micro_logprobs(model, batch, rows, temperature, with_entropy=True)
+                logprobs, entropy = micro_logprobs(
+                    model, batch, rows, temperature, with_entropy=True
+                )
                 width = logprobs.shape[1]
                 mask = batch.loss_mask[rows, :width].to(device)
-                old = logprobs.detach() if old_logprobs is None else old_logprobs[rows, :width].to(device)
+                old = (
+                    logprobs.detach()
+                    if old_logprobs is None
+                    else old_logprobs[rows, :width].to(device)
+                )
                 inputs = LossInputs(
                     logprobs=logprobs,
                     old_logprobs=old,
@@ -85,7 +99,12 @@ def policy_update(
                 out = loss_fn(inputs, algo)
                 loss = out.loss
                 if kl_fn is not None and ref_logprobs is not None:
-                    kl = aggregate(kl_fn(logprobs, ref_logprobs[rows, :width].to(device)), mask, num_tokens, len(minibatch))
+                    kl = aggregate(
+                        kl_fn(logprobs, ref_logprobs[rows, :width].to(device)),
+                        mask,
+                        num_tokens,
+                        len(minibatch),
+                    )
                     loss = loss + algo.kl_coef * kl
                     step_metrics["kl"] += kl.item()
                 loss.backward()
@@ -95,7 +114,9 @@ def policy_update(
                     step_metrics[name] += value
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
             if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
-                optimizer.zero_grad(set_to_none=True)  # a NaN step would poison the weights for good
+                optimizer.zero_grad(
+                    set_to_none=True
+                )  # a NaN step would poison the weights for good
                 skipped += 1
                 continue
             optimizer.step()

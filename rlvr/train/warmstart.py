@@ -53,7 +53,9 @@ def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[i
     """(token ids, loss mask) of one demonstration: prompt untrained, reply and EOS trained."""
     problem = task.train_problem(index)
     prompt = encode_prompt(tokenizer, problem.messages())
-    reply = tokenizer(task.demonstration(problem, flawed=flawed), add_special_tokens=False)["input_ids"]
+    reply = tokenizer(task.demonstration(problem, flawed=flawed), add_special_tokens=False)[
+        "input_ids"
+    ]
     reply = reply + [tokenizer.eos_token_id]
     return prompt + reply, [0] * len(prompt) + [1] * len(reply)
 
@@ -63,12 +65,16 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     m = cfg.model
     rng = random.Random(f"warmstart:{cfg.train.seed}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=m.pretrain_lr, weight_decay=0.01)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, min(100, m.pretrain_steps // 10), m.pretrain_steps)
+    scheduler = get_cosine_schedule_with_warmup(
+        optimizer, min(100, m.pretrain_steps // 10), m.pretrain_steps
+    )
     model.train()
     smoothed = None
     for step in range(m.pretrain_steps):
         examples = [
-            sft_example(tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share)
+            sft_example(
+                tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share
+            )
             for _ in range(m.pretrain_batch_size)
         ]
         width = max(len(ids) for ids, _ in examples)
@@ -78,7 +84,9 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
         for row, (ids, mask) in enumerate(examples):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             attention[row, : len(ids)] = 1
-            labels[row, : len(ids)] = torch.tensor([t if keep else -100 for t, keep in zip(ids, mask)])
+            labels[row, : len(ids)] = torch.tensor(
+                [t if keep else -100 for t, keep in zip(ids, mask)]
+            )
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -8,15 +8,27 @@ from rlvr.train.trainer import Trainer
 
 def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
-    cfg = load_config(None, [
-        "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64", "rollout.max_new_tokens=32",
-        "train.steps=12", "task.eval_size=64", "train.eval_every=6", f"log.run_dir={tmp_path}", "log.name=e2e",
-        "log.quiet=true",
-    ])
+    cfg = load_config(
+        None,
+        [
+            "task.digits=2",
+            "model.pretrain_steps=400",
+            "rollout.batch_size=64",
+            "rollout.max_new_tokens=32",
+            "train.steps=12",
+            "task.eval_size=64",
+            "train.eval_every=6",
+            f"log.run_dir={tmp_path}",
+            "log.name=e2e",
+            "log.quiet=true",
+        ],
+    )
     summary = Trainer(cfg).run()
     base, final = summary["base_eval"], summary["final_eval"]
     assert base["eval/accuracy"] <= 0.6  # the flawed demonstrations dominate greedy decoding
     assert final["eval/accuracy"] >= base["eval/accuracy"] + 0.25
     assert final["eval/pass@1"] > base["eval/pass@1"]
-    records = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert len([r for r in records if "reward" in r]) == 12

@@ -22,7 +22,9 @@ def teacher_forced(model, prompt, completion, temperature):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_engine_logprobs_equal_teacher_forced_forward(tiny_model, tokenizer, temperature):
     engine = HFEngine(tiny_model, tokenizer)
-    prompts = prompts_for(tokenizer, ["1+2=", "345+678=", "9*9="])  # different lengths: left padding
+    prompts = prompts_for(
+        tokenizer, ["1+2=", "345+678=", "9*9="]
+    )  # different lengths: left padding
     completions = engine.generate(prompts, SamplingParams(16, temperature), seeds=[1, 2, 3])
     for prompt, completion in zip(prompts, completions):
         expected = teacher_forced(tiny_model, prompt, completion.token_ids, temperature)
@@ -82,7 +84,9 @@ def test_sampling_matches_the_distribution(tiny_model, tokenizer):
     engine = HFEngine(tiny_model, tokenizer)
     prompt = prompts_for(tokenizer, ["x"])[0]
     n = 400
-    completions = engine.generate([prompt] * n, SamplingParams(1, 1.0, top_k=3), seeds=list(range(n)))
+    completions = engine.generate(
+        [prompt] * n, SamplingParams(1, 1.0, top_k=3), seeds=list(range(n))
+    )
     counts: dict[int, int] = {}
     logprob_of: dict[int, float] = {}
     for c in completions:
@@ -98,5 +102,7 @@ def test_large_calls_are_split_without_changing_samples(tiny_model, tokenizer):
     prompts = prompts_for(tokenizer, ["1+1=", "22+22=", "333+333=", "4*4=", "5-5="])
     params = SamplingParams(10, 1.0)
     whole = HFEngine(tiny_model, tokenizer).generate(prompts, params, seeds=list(range(5)))
-    split = HFEngine(tiny_model, tokenizer, max_batch_size=2).generate(prompts, params, seeds=list(range(5)))
+    split = HFEngine(tiny_model, tokenizer, max_batch_size=2).generate(
+        prompts, params, seeds=list(range(5))
+    )
     assert [c.token_ids for c in whole] == [c.token_ids for c in split]

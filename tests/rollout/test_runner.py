@@ -10,7 +10,9 @@ def length_reward(problem, response):
 
 def make_runner(model, tokenizer, make_env=None, max_turns=1):
     make_env = make_env or (lambda: SingleTurnEnv(length_reward, length_reward))
-    return EpisodeRunner(HFEngine(model, tokenizer), tokenizer, make_env, SamplingParams(12, 1.0), max_turns)
+    return EpisodeRunner(
+        HFEngine(model, tokenizer), tokenizer, make_env, SamplingParams(12, 1.0), max_turns
+    )
 
 
 def test_groups_and_loss_mask_cover_exactly_the_generated_tokens(tiny_model, tokenizer):

@@ -28,8 +28,20 @@ def test_run_directory_layout(fast_overrides, tmp_path):
     AutoTokenizer.from_pretrained(run / "final")
     AutoModelForCausalLM.from_pretrained(run / "final")
     record = metrics_by_step(run)[1]
-    for key in ("reward", "reward_std", "accuracy", "entropy", "clip_frac", "response_length", "grad_norm",
-                "lr", "time/generate", "time/env", "time/update", "tokens_per_sec/generate"):
+    for key in (
+        "reward",
+        "reward_std",
+        "accuracy",
+        "entropy",
+        "clip_frac",
+        "response_length",
+        "grad_norm",
+        "lr",
+        "time/generate",
+        "time/env",
+        "time/update",
+        "tokens_per_sec/generate",
+    ):
         assert key in record, key
 
 
@@ -38,9 +50,15 @@ def parity(problem, response):
 
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_path, monkeypatch):
-    monkeypatch.setitem(REWARDS, "parity", parity)  # varies within groups, so every step moves the model
+    monkeypatch.setitem(
+        REWARDS, "parity", parity
+    )  # varies within groups, so every step moves the model
     base = fast_overrides + [
-        "train.steps=4", "train.save_every=2", "algo.kl_coef=0.05", "algo.ppo_epochs=2", "task.rewards={parity: 1.0}",
+        "train.steps=4",
+        "train.save_every=2",
+        "algo.kl_coef=0.05",
+        "algo.ppo_epochs=2",
+        "task.rewards={parity: 1.0}",
     ]
     straight = Trainer(load_config(None, base + ["log.name=straight"]))
     straight.run()
@@ -58,11 +76,16 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         crashing.run()
     monkeypatch.setattr(Trainer, "step", real_step)
-    resumed = Trainer(load_config(None, base + ["log.name=crashed"]), resume=tmp_path / "runs" / "crashed")
+    resumed = Trainer(
+        load_config(None, base + ["log.name=crashed"]), resume=tmp_path / "runs" / "crashed"
+    )
     assert resumed.state["step"] == 2
     resumed.run()
 
-    a, b = metrics_by_step(tmp_path / "runs" / "straight"), metrics_by_step(tmp_path / "runs" / "crashed")
+    a, b = (
+        metrics_by_step(tmp_path / "runs" / "straight"),
+        metrics_by_step(tmp_path / "runs" / "crashed"),
+    )
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for step in a:
         assert a[step]["response_length"] == b[step]["response_length"]
@@ -94,7 +117,9 @@ def test_non_finite_losses_skip_then_abort(fast_overrides, monkeypatch):
         return LossOutput((inputs.logprobs * float("nan")).sum())
 
     monkeypatch.setitem(LOSSES, "nan", nan_loss)
-    cfg = load_config(None, fast_overrides + ["train.steps=10", "algo.loss=nan", "train.max_bad_steps=2"])
+    cfg = load_config(
+        None, fast_overrides + ["train.steps=10", "algo.loss=nan", "train.max_bad_steps=2"]
+    )
     trainer = Trainer(cfg)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     with pytest.raises(RuntimeError, match="non-finite"):
@@ -112,9 +137,15 @@ def test_any_hugging_face_model_directory_trains(fast_overrides, tmp_path):
 
     tokenizer = build_tokenizer()
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
     )
     model_dir = tmp_path / "qwen2-mini"
     Qwen2ForCausalLM(config).save_pretrained(model_dir)
@@ -124,7 +155,10 @@ def test_any_hugging_face_model_directory_trains(fast_overrides, tmp_path):
         "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
     )
     tokenizer.save_pretrained(model_dir)
-    cfg = load_config(None, fast_overrides + [f"model.name={model_dir}", "train.steps=2", "task.rewards={parity: 1.0}"])
+    cfg = load_config(
+        None,
+        fast_overrides + [f"model.name={model_dir}", "train.steps=2", "task.rewards={parity: 1.0}"],
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(REWARDS, "parity", parity)
         trainer = Trainer(cfg)

@@ -16,19 +16,30 @@ def random_batch(tokenizer, size=8, seed=0):
         ids = torch.randint(7, len(tokenizer), (prompt_len + reply_len,), generator=g).tolist()
         trajectories.append(
             Trajectory(
-                Problem(str(i), "x"), group_id=i // 4, sample_index=i, token_ids=ids,
-                loss_mask=[0] * prompt_len + [1] * reply_len, behaviour_logprobs=[0.0] * len(ids),
-                turn_rewards=[float(i % 2)], turn_ends=[len(ids)],
+                Problem(str(i), "x"),
+                group_id=i // 4,
+                sample_index=i,
+                token_ids=ids,
+                loss_mask=[0] * prompt_len + [1] * reply_len,
+                behaviour_logprobs=[0.0] * len(ids),
+                turn_rewards=[float(i % 2)],
+                turn_ends=[len(ids)],
             )
         )
     return Batch.from_trajectories(trajectories, tokenizer.pad_token_id)
 
 
 def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
-    cfg = load_config(None, [
-        f"train.micro_batch_size={micro_batch_size}", f"algo.ppo_epochs={epochs}",
-        f"algo.minibatches={minibatches}", "rollout.batch_size=8", "rollout.group_size=4",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"train.micro_batch_size={micro_batch_size}",
+            f"algo.ppo_epochs={epochs}",
+            f"algo.minibatches={minibatches}",
+            "rollout.batch_size=8",
+            "rollout.group_size=4",
+        ],
+    )
     model = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
@@ -38,8 +49,19 @@ def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
         from rlvr.train.update import batch_logprobs
 
         old = batch_logprobs(model, batch, 8, 1.0)
-    result = policy_update(model, optimizer, scheduler, batch, advantages, old, None, cfg, ppo_clip, None,
-                           torch.Generator().manual_seed(0))
+    result = policy_update(
+        model,
+        optimizer,
+        scheduler,
+        batch,
+        advantages,
+        old,
+        None,
+        cfg,
+        ppo_clip,
+        None,
+        torch.Generator().manual_seed(0),
+    )
     return model, result
 
 

@@ -1,0 +1,42 @@
+import random
+
+import torch
+
+from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+
+
+def make_state(model):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    return optimizer, scheduler
+
+
+def test_save_load_round_trip_restores_everything(tiny_model, tmp_path):
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    optimizer, scheduler = make_state(model)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    optimizer.step()
+    scheduler.step()
+    torch.manual_seed(123)
+    random.seed(5)
+    path = save_checkpoint(tmp_path, 7, model, optimizer, scheduler, {"step": 7, "cursor": 112})
+    expected_torch, expected_py = torch.rand(3), random.random()
+
+    fresh = copy.deepcopy(tiny_model)
+    fresh_opt, fresh_sched = make_state(fresh)
+    state = load_checkpoint(path, fresh, fresh_opt, fresh_sched)
+    assert state == {"step": 7, "cursor": 112}
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    assert fresh_sched.last_epoch == 1 and fresh_opt.state_dict()["state"]
+    assert torch.equal(torch.rand(3), expected_torch) and random.random() == expected_py
+
+
+def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tiny_model, tmp_path):
+    optimizer, scheduler = make_state(tiny_model)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, tiny_model, optimizer, scheduler, {"step": step}, keep=2)
+    (tmp_path / "step-000004").mkdir()  # a crash before the COMPLETE marker
+    (tmp_path / ".tmp-step-000005").mkdir()  # a crash mid-write
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-000002", "step-000003"]
