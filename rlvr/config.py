@@ -132,7 +132,44 @@ class AlgoConfig(Section):
         ge=0,
         description="Weight of the KL penalty to the frozen reference; 0 loads no reference model.",
     )
-    kl_estimator: str = Field("k3", description="KL estimator from `rlvr list kl` (k1 or k3).")
+    kl_estimator: str = Field("k3", description="KL estimator from `rlvr list kl`.")
+    kl_in_reward: bool = Field(
+        False,
+        description="Fold the KL penalty into the per-token reward (REINFORCE++/PPO style) instead of the loss.",
+    )
+    kl_target: float | None = Field(
+        None,
+        gt=0,
+        description="Adaptive KL: adjust kl_coef so the measured KL tracks this target (None = fixed).",
+    )
+    kl_horizon: int = Field(
+        10000, gt=0, description="Adaptive KL: horizon (in samples) of the proportional controller."
+    )
+    entropy_coef: float = Field(
+        0.0, ge=0, description="Weight of an entropy bonus (subtracted from the loss); 0 disables."
+    )
+    dual_clip_c: float = Field(
+        3.0,
+        gt=1,
+        description="dual_clip: the loss of a negative-advantage token is at most c * |A|.",
+    )
+    sapo_tau_pos: float = Field(
+        1.0, gt=0, description="sapo: gate temperature for tokens with positive advantage."
+    )
+    sapo_tau_neg: float = Field(
+        1.05, gt=0, description="sapo: gate temperature for tokens with negative advantage."
+    )
+    gamma: float = Field(1.0, ge=0, le=1, description="gae / reinforce_pp: discount per token.")
+    lam: float = Field(
+        1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
+    )
+    pass_k: int = Field(4, gt=0, description="passk: the k whose pass@k the advantages optimise.")
+    loss_norm_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="seq-mean-token-sum-norm: constant each sequence's token sum is divided by "
+        "(Dr. GRPO); None = rollout.max_new_tokens.",
+    )
     ppo_epochs: int = Field(1, gt=0, description="Optimisation passes over each rollout batch.")
     minibatches: int = Field(
         1, gt=0, description="Optimizer steps per epoch; the rollout batch is split evenly."

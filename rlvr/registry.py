@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -12,6 +14,8 @@ from rlvr.config import ConfigError, suggest
 def load_object(path: str) -> Any:
     """Import `package.module:attr` (a user's own task, reward, estimator ...)."""
     module_name, _, attr = path.partition(":")
+    if os.getcwd() not in sys.path:  # the `rlvr` script does not put the working directory there
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

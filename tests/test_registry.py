@@ -63,3 +63,16 @@ def test_describe_first_doc_lines_sorted():
 def test_describe_real_registry():
     ((name, doc),) = describe(ADVANTAGES)
     assert name == "grpo" and doc.startswith("GRPO")
+
+
+def test_module_attr_paths_import_from_the_working_directory(tmp_path, monkeypatch):
+    import sys
+
+    from rlvr.registry import load_object
+
+    (tmp_path / "my_rewards_for_test.py").write_text(
+        "def short(problem, response):\n    return 1.0\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert load_object("my_rewards_for_test:short")(None, "") == 1.0

@@ -20,6 +20,7 @@ class LossInputs:
     # micro-batch losses equals the minibatch loss, so accumulation never changes the update.
     num_tokens: float
     num_seqs: int
+    norm_constant: float = 1.0  # seq-mean-token-sum-norm's divisor (Dr. GRPO: the token budget)
 
 
 @dataclass
@@ -28,14 +29,13 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)  # additive across micro-batches
 
 
-def token_mean(
-    values: torch.Tensor, mask: torch.Tensor, num_tokens: float, num_seqs: int
-) -> torch.Tensor:
+def token_mean(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
     """Every policy token of the minibatch weighs the same (DAPO's token-level loss)."""
-    return (values * mask).sum() / max(num_tokens, 1.0)
+    return (values * inputs.loss_mask).sum() / max(inputs.num_tokens, 1.0)
 
 
-AggregateFn = Callable[[torch.Tensor, torch.Tensor, float, int], torch.Tensor]
+# fn(per-token values [B, T], inputs) -> scalar; masks and normalisers come from the inputs
+AggregateFn = Callable[[torch.Tensor, LossInputs], torch.Tensor]
 AGGREGATIONS: dict[str, AggregateFn] = {"token-mean": token_mean}
 
 
@@ -48,7 +48,7 @@ def ppo_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     clipped = -inputs.advantages * ratio.clamp(1 - algo.clip_low, 1 + algo.clip_high)
     per_token = torch.maximum(unclipped, clipped)
     aggregate = AGGREGATIONS[algo.loss_agg]
-    loss = aggregate(per_token, mask, inputs.num_tokens, inputs.num_seqs)
+    loss = aggregate(per_token, inputs)
     with torch.no_grad():
         n = max(inputs.num_tokens, 1.0)
         metrics = {

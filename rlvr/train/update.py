@@ -95,16 +95,12 @@ def policy_update(
                     loss_mask=mask,
                     num_tokens=num_tokens,
                     num_seqs=len(minibatch),
+                    norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
                 )
                 out = loss_fn(inputs, algo)
                 loss = out.loss
                 if kl_fn is not None and ref_logprobs is not None:
-                    kl = aggregate(
-                        kl_fn(logprobs, ref_logprobs[rows, :width].to(device)),
-                        mask,
-                        num_tokens,
-                        len(minibatch),
-                    )
+                    kl = aggregate(kl_fn(logprobs, ref_logprobs[rows, :width].to(device)), inputs)
                     loss = loss + algo.kl_coef * kl
                     step_metrics["kl"] += kl.item()
                 loss.backward()
