@@ -80,8 +80,10 @@ def cmd_list(args) -> None:
     kinds = [args.kind] if args.kind else list(KINDS)
     for kind in kinds:
         print(f"{kind}:")
-        for name, doc in describe(registry(kind)):
-            print(f"  {name:<14} {doc}")
+        rows = describe(registry(kind))
+        width = max((len(name) for name, _ in rows), default=0)
+        for name, doc in rows:
+            print(f"  {name:<{width}}  {doc}")
 
 
 def registry(kind: str) -> dict:

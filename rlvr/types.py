@@ -88,6 +88,7 @@ class Batch:
     behaviour_logprobs: Any  # [B, T-1] float
     rewards: Any  # [B] float
     group_ids: Any  # [B] long
+    token_rewards: Any  # [B, T-1] float: each turn's reward on that turn's last policy token
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_id: int) -> Batch:
@@ -99,12 +100,15 @@ class Batch:
         attention = torch.zeros((size, width), dtype=torch.long)
         loss_mask = torch.zeros((size, width))
         behaviour = torch.zeros((size, width))
+        token_rewards = torch.zeros((size, width))
         for row, t in enumerate(trajectories):
             n = len(t.token_ids)
             input_ids[row, :n] = torch.tensor(t.token_ids)
             attention[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
             behaviour[row, :n] = torch.tensor(t.behaviour_logprobs)
+            for reward, end in zip(t.turn_rewards, t.turn_ends):
+                token_rewards[row, end - 1] += reward
         return cls(
             input_ids=input_ids,
             attention_mask=attention,
@@ -112,6 +116,7 @@ class Batch:
             behaviour_logprobs=behaviour[:, 1:],
             rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
             group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
+            token_rewards=token_rewards[:, 1:],
         )
 
     def __len__(self) -> int:

@@ -33,4 +33,6 @@ def test_batch_aligns_per_token_fields_with_targets():
         batch.behaviour_logprobs, torch.tensor([[0.0, -0.5, -0.25], [-1.0, -2.0, 0.0]])
     )
     assert batch.rewards.tolist() == [1.0, 0.5] and batch.group_ids.tolist() == [0, 1]
+    # each turn's reward sits on its last policy token (token 3 of t1; token 2 of t2, both turns)
+    assert batch.token_rewards.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
     assert t1.num_generated == 2 and len(batch) == 2

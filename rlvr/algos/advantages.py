@@ -1,4 +1,8 @@
-"""Advantage estimators: fn(AdvInputs, AlgoConfig) -> advantages [B, T], zero off the loss mask."""
+"""Advantage estimators: fn(AdvInputs, AlgoConfig) -> advantages [B, T], zero off the loss mask.
+
+Estimators that compare completions of one prompt set `fn.min_group_size`; those that need an
+optional AdvInputs field list it in `fn.requires` (the trainer checks both before a run).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,17 @@ import torch
 
 from rlvr.config import AlgoConfig
 
+EPS = 1e-6  # added to every std we divide by, so all-equal groups give 0, not 0/0
+
 
 @dataclass
 class AdvInputs:
-    rewards: torch.Tensor  # [B] scalar reward per trajectory
+    rewards: torch.Tensor  # [B] sequence reward (already including any in-reward KL)
     group_ids: torch.Tensor  # [B] long; trajectories of one prompt share an id
     loss_mask: torch.Tensor  # [B, T] 1 on policy tokens
+    token_rewards: torch.Tensor | None = None  # [B, T]; None = reward on the last policy token
+    values: torch.Tensor | None = None  # [B, T] critic values, aligned like loss_mask (gae)
+    baseline_rewards: torch.Tensor | None = None  # [B] greedy-rollout reward of the prompt (remax)
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -23,13 +32,46 @@ AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
 def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-element mean and unbiased std of its group. values, group_ids: [B]."""
     _, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(counts), dtype=values.dtype).index_add_(0, index, values)
+    sums = values.new_zeros(len(counts)).index_add_(0, index, values)
     means = sums / counts
-    sq = torch.zeros(len(counts), dtype=values.dtype).index_add_(
-        0, index, (values - means[index]) ** 2
-    )
+    sq = values.new_zeros(len(counts)).index_add_(0, index, (values - means[index]) ** 2)
     stds = (sq / (counts - 1).clamp(min=1)).sqrt()
     return means[index], stds[index]
+
+
+def token_rewards_or_outcome(inputs: AdvInputs) -> torch.Tensor:
+    """Per-token rewards [B, T]: inputs.token_rewards, else each reward on its last policy token."""
+    if inputs.token_rewards is not None:
+        return inputs.token_rewards
+    mask = inputs.loss_mask.bool()
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    last = (mask * positions).argmax(dim=1)  # index of the last policy token of each row
+    rows = torch.nonzero(mask.any(dim=1)).squeeze(1)  # fully masked rows get no reward
+    out = torch.zeros(mask.shape, dtype=inputs.rewards.dtype, device=mask.device)
+    out[rows, last[rows]] = inputs.rewards[rows]
+    return out
+
+
+def _broadcast(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sequence advantages [B] -> float32 [B, T], the same value on every policy token."""
+    return torch.where(mask.bool(), adv.float()[:, None], 0.0)
+
+
+def _whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / std over all policy tokens of the batch (unbiased std), zero off the mask."""
+    mask = mask.bool()
+    picked = x[mask]
+    if picked.numel() == 0:
+        return torch.zeros_like(x)
+    std = picked.std() if picked.numel() > 1 else x.new_zeros(())
+    return torch.where(mask, (x - picked.mean()) / (std + EPS), 0.0)
+
+
+def _require(inputs: AdvInputs, field: str, estimator: str, source: str) -> torch.Tensor:
+    value = getattr(inputs, field)
+    if value is None:
+        raise ValueError(f"advantage '{estimator}' needs AdvInputs.{field}, which {source}.")
+    return value
 
 
 def grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -37,10 +79,149 @@ def grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     mean, std = group_stats(inputs.rewards.double(), inputs.group_ids)
     adv = inputs.rewards.double() - mean
     if algo.normalize_std:
-        adv = adv / (std + 1e-6)
-    return adv.float()[:, None] * inputs.loss_mask.float()
+        adv = adv / (std + EPS)
+    return _broadcast(adv, inputs.loss_mask)
 
 
-grpo.min_group_size = 2  # a group of one has no baseline to compare against
+def dr_grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Dr. GRPO: reward minus its group mean, no std division (pair with seq-mean-token-sum-norm)."""
+    mean, _ = group_stats(inputs.rewards.double(), inputs.group_ids)
+    return _broadcast(inputs.rewards.double() - mean, inputs.loss_mask)
 
-ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo}
+
+def rloo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """RLOO: reward minus the mean reward of the other completions of the same prompt."""
+    rewards = inputs.rewards.double()
+    mean, _ = group_stats(rewards, inputs.group_ids)
+    _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    n = counts[index].double()
+    # r_i - (n*mean - r_i)/(n-1) == n/(n-1) * (r_i - mean); a group of one has no others: 0
+    return _broadcast(n / (n - 1).clamp(min=1) * (rewards - mean), inputs.loss_mask)
+
+
+def reinforce_pp(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """REINFORCE++: gamma-discounted return to go per policy token, whitened over the batch."""
+    mask = inputs.loss_mask.bool()
+    rewards = token_rewards_or_outcome(inputs).double()
+    returns = torch.zeros_like(rewards)
+    running = rewards.new_zeros(rewards.shape[0])
+    for t in reversed(range(rewards.shape[1])):
+        # off-mask tokens (prompt, observations) neither add reward nor discount the return
+        running = torch.where(mask[:, t], rewards[:, t] + algo.gamma * running, running)
+        returns[:, t] = running
+    return _whiten(returns, mask).float()
+
+
+def reinforce_pp_baseline(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """REINFORCE++-baseline: reward minus its group mean, on every token, whitened over the batch.
+
+    The batch whitening re-centres too (as in the paper and verl), so an all-equal group gets
+    exactly 0 only when the token-weighted batch mean of the centred rewards is 0.
+    """
+    mean, _ = group_stats(inputs.rewards.double(), inputs.group_ids)
+    centred = (inputs.rewards.double() - mean)[:, None].expand(inputs.loss_mask.shape)
+    return _whiten(centred, inputs.loss_mask).float()
+
+
+def remax(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """ReMax: reward minus the reward of a greedy rollout of the same prompt."""
+    source = "the runner fills with a greedy rollout per prompt when algo.advantage='remax'"
+    baseline = _require(inputs, "baseline_rewards", "remax", source)
+    return _broadcast(inputs.rewards.double() - baseline.double(), inputs.loss_mask)
+
+
+def opo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """OPO: reward minus the length-weighted group mean, b = sum(l_j r_j) / sum(l_j)."""
+    rewards = inputs.rewards.double()
+    lengths = inputs.loss_mask.bool().sum(dim=1).double()
+    _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    weighted = rewards.new_zeros(len(counts)).index_add_(0, index, lengths * rewards)
+    total = rewards.new_zeros(len(counts)).index_add_(0, index, lengths)
+    # a group with no policy tokens has no baseline, and no tokens to put an advantage on
+    baseline = weighted / total.clamp(min=1)
+    return _broadcast(rewards - baseline[index], inputs.loss_mask)
+
+
+def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE advantages and critic targets (advantages + values), both float32 [B, T]."""
+    source = "the trainer fills from the critic when algo.advantage='gae'"
+    values = _require(inputs, "values", "gae", source).double()
+    mask = inputs.loss_mask.bool()
+    rewards = token_rewards_or_outcome(inputs).double()
+    adv = torch.zeros_like(rewards)
+    next_value = rewards.new_zeros(rewards.shape[0])  # 0 after the last token
+    next_adv = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + algo.gamma * next_value - values[:, t]
+        a = delta + algo.gamma * algo.lam * next_adv
+        # skip off-mask tokens so a multi-turn observation gap does not break the recursion
+        on = mask[:, t]
+        adv[:, t] = torch.where(on, a, 0.0)
+        next_value = torch.where(on, values[:, t], next_value)
+        next_adv = torch.where(on, a, next_adv)
+    returns = torch.where(mask, adv + values, 0.0)
+    return adv.float(), returns.float()
+
+
+def gae(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """GAE from critic values: A_t = delta_t + gamma lam A_t+1, delta_t = r_t + gamma V_t+1 - V_t."""
+    return gae_returns(inputs, algo)[0]
+
+
+def _binom_ratio(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
+    """C(a, k) / C(b, k) as prod_{i<k} (a - i) / (b - i), with C(a, k) = 0 for a < k."""
+    i = torch.arange(k, dtype=torch.float64, device=a.device)
+    return ((a[:, None] - i).clamp(min=0) / (b[:, None] - i)).prod(dim=1)
+
+
+def passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Pass@k training (Chen et al. 2025, analytic): advantages that maximise pass@k, 0/1 rewards.
+
+    Per group of N completions with N_neg wrong and k = algo.pass_k (1 <= k <= N-1):
+      p = 1 - C(N_neg, k) / C(N, k)                      (group pass@k estimate)
+      std = sqrt(p (1 - p))
+      A_pos = (1 - p) / std,   A_neg = (1 - p - C(N_neg-1, k-1) / C(N-1, k-1)) / std
+    std gets EPS added, as in the authors' code. For k = 1 this is (r - mean) / population std,
+    i.e. grpo times sqrt(N / (N-1)): grpo divides by the unbiased std.
+    """
+    rewards = inputs.rewards.double()
+    if not ((rewards == 0) | (rewards == 1)).all():
+        raise ValueError(
+            "advantage 'passk' needs 0/1 rewards; got others (a weighted reward mix or "
+            "algo.kl_in_reward=true?). Fix: a binary verifier reward and kl_in_reward=false."
+        )
+    _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    k = algo.pass_k
+    if len(counts) and k >= int(counts.min()):
+        raise ValueError(
+            f"advantage 'passk' needs algo.pass_k < group size (k = N makes every advantage 0); "
+            f"got pass_k={k} with a group of {int(counts.min())}. Fix: lower algo.pass_k or "
+            f"raise rollout.group_size."
+        )
+    n = counts.double()
+    n_neg = rewards.new_zeros(len(counts)).index_add_(0, index, 1 - rewards)
+    fail = _binom_ratio(n_neg, n, k)  # 1 - p, computed directly: no cancellation near p = 1
+    std = (fail * (1 - fail)).sqrt() + EPS
+    a_pos = fail / std
+    a_neg = (fail - _binom_ratio(n_neg - 1, n - 1, k - 1)) / std
+    adv = torch.where(rewards == 1, a_pos[index], a_neg[index])
+    return _broadcast(adv, inputs.loss_mask)
+
+
+for _fn in (grpo, dr_grpo, rloo, reinforce_pp_baseline, opo):
+    _fn.min_group_size = 2  # a group of one has no baseline to compare against
+passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
+gae.requires = ("values",)
+remax.requires = ("baseline_rewards",)
+
+ADVANTAGES: dict[str, AdvantageFn] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "reinforce_pp_baseline": reinforce_pp_baseline,
+    "remax": remax,
+    "opo": opo,
+    "gae": gae,
+    "passk": passk,
+}

@@ -13,9 +13,10 @@ def token_logprobs(
     attention_mask: torch.Tensor,  # [B, T]
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs [B, T-1] of tokens 1..T-1 under the model (logits scaled like the sampler's),
-    and their predictive entropy [B, T-1] (no grad) when asked."""
+    and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus)."""
     device = model.device
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
     logits = logits[:, :-1].float()
@@ -25,6 +26,6 @@ def token_logprobs(
     chosen = logprobs.gather(-1, input_ids[:, 1:, None].to(device)).squeeze(-1)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logprobs.exp() * logprobs).sum(-1)
     return chosen, entropy

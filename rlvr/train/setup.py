@@ -23,6 +23,9 @@ from rlvr.types import Problem, Score
 
 RewardFn = Callable[[Problem, str], Score]
 
+# Optional AdvInputs fields the trainer fills; an estimator lists what it needs in `fn.requires`.
+PRODUCED_FIELDS = {"token_rewards"}
+
 
 @dataclass
 class Components:
@@ -74,11 +77,19 @@ def build_components(cfg: Config) -> Components:
         reward = verifier
     advantage = lookup(ADVANTAGES, cfg.algo.advantage, "algo.advantage", group="rlvr.advantages")
     minimum = getattr(advantage, "min_group_size", 1)
+    minimum = minimum(cfg.algo) if callable(minimum) else minimum  # may depend on e.g. algo.pass_k
     if cfg.rollout.group_size < minimum:
         raise ConfigError(
             f"rollout.group_size = {cfg.rollout.group_size}: algo.advantage = '{cfg.algo.advantage}' "
             f"compares completions of the same prompt, so it needs group_size >= {minimum}. "
             f"Fix: rollout.group_size=8 (and keep rollout.batch_size a multiple of it)."
+        )
+    missing = set(getattr(advantage, "requires", ())) - PRODUCED_FIELDS
+    if missing:
+        raise ConfigError(
+            f"algo.advantage = '{cfg.algo.advantage}' needs {', '.join(sorted(missing))}, which the "
+            "trainer does not produce yet (critic values arrive with train/critic.py, greedy "
+            "baselines with the runner's baseline rollout). Fix: choose another estimator."
         )
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")

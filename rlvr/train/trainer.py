@@ -20,6 +20,7 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 
 import rlvr
 from rlvr.algos.advantages import AdvInputs
+from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model
@@ -29,7 +30,7 @@ from rlvr.train.evaluate import evaluate
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir
 from rlvr.train.setup import Components, build_components, make_runner, resolve_device
-from rlvr.train.update import batch_logprobs, policy_update
+from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import STATUSES, Batch, Trajectory
 
@@ -103,6 +104,8 @@ class Trainer:
             self.run_dir.start(cfg)
         self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
+        a = cfg.algo
+        self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
@@ -131,6 +134,7 @@ class Trainer:
                 f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
             )
         self.update_rng.set_state(state.pop("update_rng"))
+        self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
         self.state = state
         self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
@@ -160,59 +164,73 @@ class Trainer:
         return dict(metrics, **{"time/eval": time.perf_counter() - start})
 
     def step(self) -> dict[str, float]:
-        """One RL step: rollout -> rewards -> (ref logprobs) -> advantages -> policy update."""
-        cfg, c, timings = self.cfg, self.components, {}
-        prompts = cfg.rollout.batch_size // cfg.rollout.group_size
-        problems = [c.task.train_problem(self.state["cursor"] + i) for i in range(prompts)]
-        self.state["cursor"] += prompts
-        with timed(timings, "time/rollout"):
-            trajectories = self.runner.collect(
-                problems, cfg.rollout.group_size, (cfg.train.seed, TRAIN_STREAM, self.state["step"])
-            )
-        timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
+        """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
+        cfg, timings = self.cfg, {}
+        trajectories = self.rollout(timings)
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        old = ref = None
-        if (
-            cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        ):  # on-policy single pass: old == current
-            with timed(timings, "time/old_logprobs"):
-                old = batch_logprobs(
-                    self.model, batch, cfg.train.micro_batch_size, cfg.rollout.temperature
-                )
-        if self.reference is not None:
-            with timed(timings, "time/ref_logprobs"):
-                ref = self.reference.logprobs(
-                    batch, cfg.train.micro_batch_size, cfg.rollout.temperature
-                )
-        advantages = c.advantage(
-            AdvInputs(batch.rewards, batch.group_ids, batch.loss_mask), cfg.algo
-        )
+        data, kl_metrics = self.prepare_update(batch, timings)
         with timed(timings, "time/update"):
             result = policy_update(
-                self.model,
-                self.optimizer,
-                self.scheduler,
-                batch,
-                advantages,
-                old,
-                ref,
-                cfg,
-                c.loss,
-                c.kl,
+                self.model, self.optimizer, self.scheduler, data, cfg,
+                self.components.loss, None if cfg.algo.kl_in_reward else self.components.kl,
                 self.update_rng,
-            )
+            )  # fmt: skip
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
-        generated = float(batch.loss_mask.sum())
-        metrics = dict(batch_metrics(trajectories), **result.metrics, **timings)
+        metrics = dict(batch_metrics(trajectories), **result.metrics, **kl_metrics, **timings)
+        if data.ref_logprobs is not None:
+            self.state["kl_coef"] = self.kl_coef.update(metrics["kl"], len(batch))
+            metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.scheduler.get_last_lr()[0]
+        generated, seen = float(batch.loss_mask.sum()), float(batch.attention_mask.sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (
-            float(batch.attention_mask.sum())
-            * cfg.algo.ppo_epochs
-            / max(timings["time/update"], 1e-9)
+            seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
         )
         return metrics
+
+    def rollout(self, timings: dict[str, float]) -> list[Trajectory]:
+        cfg = self.cfg
+        prompts = cfg.rollout.batch_size // cfg.rollout.group_size
+        problems = [
+            self.components.task.train_problem(self.state["cursor"] + i) for i in range(prompts)
+        ]
+        self.state["cursor"] += prompts
+        seed = (cfg.train.seed, TRAIN_STREAM, self.state["step"])
+        with timed(timings, "time/rollout"):
+            trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
+        timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
+        return trajectories
+
+    def prepare_update(self, batch: Batch, timings: dict[str, float]) -> tuple[UpdateInputs, dict]:
+        """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
+        cfg, micro, temperature = (
+            self.cfg,
+            self.cfg.train.micro_batch_size,
+            self.cfg.rollout.temperature,
+        )
+        old = ref = None
+        timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
+        if (
+            cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
+        ):  # single on-policy pass: old == current
+            with timed(timings, "time/old_logprobs"):
+                old = batch_logprobs(self.model, batch, micro, temperature)
+        if self.reference is not None:
+            with timed(timings, "time/ref_logprobs"):
+                ref = self.reference.logprobs(batch, micro, temperature)
+        token_rewards, kl_metrics = batch.token_rewards, {}
+        if ref is not None and cfg.algo.kl_in_reward:
+            policy = old if old is not None else batch.behaviour_logprobs
+            kl = self.components.kl(policy, ref) * batch.loss_mask  # [B, T-1]
+            token_rewards = token_rewards - self.kl_coef.value * kl
+            kl_metrics["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
+        inputs = AdvInputs(
+            token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards
+        )
+        advantages = self.components.advantage(inputs, cfg.algo)
+        data = UpdateInputs(batch, advantages, old, ref, kl_coef=self.kl_coef.value)
+        return data, kl_metrics
 
     def run(self) -> dict:
         cfg, run_dir = self.cfg, self.run_dir

@@ -26,17 +26,10 @@ def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
     return int(attention[batch_rows].sum(-1).max())
 
 
-def micro_logprobs(
-    model, batch: Batch, rows: torch.Tensor, temperature: float, with_entropy: bool = False
-):
+def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, **entropy):
     width = trim(rows, batch.attention_mask)
-    return token_logprobs(
-        model,
-        batch.input_ids[rows, :width],
-        batch.attention_mask[rows, :width],
-        temperature,
-        with_entropy,
-    )
+    input_ids, attention = batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
+    return token_logprobs(model, input_ids, attention, temperature, **entropy)
 
 
 @torch.no_grad()
@@ -51,23 +44,73 @@ def batch_logprobs(
     return out
 
 
+@dataclass
+class UpdateInputs:
+    batch: Batch
+    advantages: torch.Tensor  # [B, T-1]
+    old_logprobs: torch.Tensor | None  # [B, T-1]; None = on-policy single pass, old = current
+    ref_logprobs: torch.Tensor | None  # [B, T-1]; None = no KL term in the loss
+    kl_coef: float = 0.0
+
+
+def micro_batch_loss(
+    model,
+    data: UpdateInputs,
+    rows: torch.Tensor,
+    minibatch_size: int,
+    num_tokens: float,
+    cfg: Config,
+    loss_fn,
+    kl_fn: KLFn | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss of one micro-batch, scaled so the micro-batches of a minibatch sum to its loss."""
+    algo, device = cfg.algo, model.device
+    bonus = algo.entropy_coef > 0
+    logprobs, entropy = micro_logprobs(
+        model, data.batch, rows, cfg.rollout.temperature, with_entropy=True, entropy_grad=bonus
+    )
+    width = logprobs.shape[1]
+    old = (
+        logprobs.detach()
+        if data.old_logprobs is None
+        else data.old_logprobs[rows, :width].to(device)
+    )
+    inputs = LossInputs(
+        logprobs=logprobs,
+        old_logprobs=old,
+        advantages=data.advantages[rows, :width].to(device),
+        loss_mask=data.batch.loss_mask[rows, :width].to(device),
+        num_tokens=num_tokens,
+        num_seqs=minibatch_size,
+        norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
+    )
+    aggregate = AGGREGATIONS[algo.loss_agg]
+    out = loss_fn(inputs, algo)
+    loss, metrics = out.loss, dict(out.metrics)
+    if kl_fn is not None and data.ref_logprobs is not None:
+        kl = aggregate(kl_fn(logprobs, data.ref_logprobs[rows, :width].to(device)), inputs)
+        loss = loss + data.kl_coef * kl
+        metrics["kl"] = kl.item()
+    mean_entropy = aggregate(entropy, inputs)
+    if bonus:
+        loss = loss - algo.entropy_coef * mean_entropy
+    metrics["entropy"] = float((entropy.detach() * inputs.loss_mask).sum() / max(num_tokens, 1.0))
+    metrics["loss"] = loss.item()
+    return loss, metrics
+
+
 def policy_update(
     model: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
     scheduler,
-    batch: Batch,
-    advantages: torch.Tensor,  # [B, T-1]
-    old_logprobs: torch.Tensor | None,  # [B, T-1]; None = on-policy single pass, old = current
-    ref_logprobs: torch.Tensor | None,  # [B, T-1]; None = no KL term
+    data: UpdateInputs,
     cfg: Config,
     loss_fn,
     kl_fn: KLFn | None,
     generator: torch.Generator,
 ) -> UpdateResult:
-    algo, train = cfg.algo, cfg.train
-    temperature = cfg.rollout.temperature
-    aggregate = AGGREGATIONS[algo.loss_agg]
-    device = model.device
+    """algo.ppo_epochs passes over the batch, each split into algo.minibatches optimizer steps."""
+    algo, batch = cfg.algo, data.batch
     sums: dict[str, float] = defaultdict(float)
     optimizer_steps = skipped = 0
     model.train()
@@ -77,38 +120,14 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             num_tokens = float(batch.loss_mask[minibatch].sum())
             step_metrics: dict[str, float] = defaultdict(float)
-            for rows in minibatch.split(train.micro_batch_size):
-                logprobs, entropy = micro_logprobs(
-                    model, batch, rows, temperature, with_entropy=True
+            for rows in minibatch.split(cfg.train.micro_batch_size):
+                loss, metrics = micro_batch_loss(
+                    model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn
                 )
-                width = logprobs.shape[1]
-                mask = batch.loss_mask[rows, :width].to(device)
-                old = (
-                    logprobs.detach()
-                    if old_logprobs is None
-                    else old_logprobs[rows, :width].to(device)
-                )
-                inputs = LossInputs(
-                    logprobs=logprobs,
-                    old_logprobs=old,
-                    advantages=advantages[rows, :width].to(device),
-                    loss_mask=mask,
-                    num_tokens=num_tokens,
-                    num_seqs=len(minibatch),
-                    norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
-                )
-                out = loss_fn(inputs, algo)
-                loss = out.loss
-                if kl_fn is not None and ref_logprobs is not None:
-                    kl = aggregate(kl_fn(logprobs, ref_logprobs[rows, :width].to(device)), inputs)
-                    loss = loss + algo.kl_coef * kl
-                    step_metrics["kl"] += kl.item()
                 loss.backward()
-                step_metrics["loss"] += loss.item()
-                step_metrics["entropy"] += float((entropy * mask).sum() / max(num_tokens, 1.0))
-                for name, value in out.metrics.items():
+                for name, value in metrics.items():
                     step_metrics[name] += value
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
             if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
                 optimizer.zero_grad(
                     set_to_none=True

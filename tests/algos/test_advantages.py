@@ -1,9 +1,25 @@
 import math
+import statistics
 
 import pytest
 import torch
 
-from rlvr.algos.advantages import ADVANTAGES, AdvInputs, group_stats, grpo
+from rlvr.algos.advantages import (
+    ADVANTAGES,
+    AdvInputs,
+    dr_grpo,
+    gae,
+    gae_returns,
+    group_stats,
+    grpo,
+    opo,
+    passk,
+    reinforce_pp,
+    reinforce_pp_baseline,
+    remax,
+    rloo,
+    token_rewards_or_outcome,
+)
 from rlvr.config import AlgoConfig
 
 EPS = 1e-6  # grpo divides by (std + 1e-6)
@@ -92,3 +108,351 @@ def test_group_stats_singleton_group_has_zero_std():
 def test_grpo_needs_groups_of_two_and_is_registered():
     assert grpo.min_group_size == 2
     assert ADVANTAGES["grpo"] is grpo
+
+
+# ---------------------------------------------------------------- the other estimators
+
+
+def adv_inputs(rewards, group_ids, mask, **optional):
+    t = {k: torch.tensor(v, dtype=torch.float32) for k, v in optional.items()}
+    return AdvInputs(
+        torch.tensor(rewards, dtype=torch.float32),
+        torch.tensor(group_ids),
+        torch.tensor(mask, dtype=torch.float32),
+        **t,
+    )
+
+
+def close(actual, expected):
+    torch.testing.assert_close(
+        actual.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0
+    )
+
+
+def test_token_rewards_or_outcome_puts_reward_on_last_policy_token():
+    mask = [[1, 1, 0], [0, 1, 0], [1, 0, 1], [0, 0, 0]]
+    x = adv_inputs([1, 2, 3, 4], [0, 0, 0, 0], mask)
+    close(token_rewards_or_outcome(x), [[0, 1, 0], [0, 2, 0], [0, 0, 3], [0, 0, 0]])
+    x.token_rewards = torch.ones(4, 3)
+    assert token_rewards_or_outcome(x) is x.token_rewards
+
+
+def test_dr_grpo_golden():
+    # rewards [3,1,0,0]: mean 1 -> [2,0,-1,-1], no std division whatever normalize_std says
+    adv = dr_grpo(inputs([3, 1, 0, 0], [0, 0, 0, 0]), AlgoConfig(normalize_std=True))
+    close(per_seq(adv), [2, 0, -1, -1])
+
+
+def test_rloo_golden():
+    # rewards [3,1,0,0]; mean of the others: 3 -> (1+0+0)/3, 1 -> (3+0+0)/3, 0 -> (3+1+0)/3
+    # so [3 - 1/3, 1 - 1, 0 - 4/3, 0 - 4/3] = [8/3, 0, -4/3, -4/3]
+    adv = rloo(inputs([3, 1, 0, 0], [0, 0, 0, 0]), AlgoConfig())
+    close(per_seq(adv), [8 / 3, 0, -4 / 3, -4 / 3])
+
+
+def test_reinforce_pp_golden():
+    # gamma 0.5, reward 1 on row 0's last token, 0 on row 1; row 1 has a prompt token at t=0.
+    # returns row 0: [0.25, 0.5, 1], row 1: [-, 0, 0]. Policy tokens [.25,.5,1,0,0]: mean 0.35,
+    # deviations [-.1,.15,.65,-.35,-.35], sum sq 0.7, unbiased var 0.7/4, std sqrt(0.175)
+    x = inputs([1, 0], [0, 1], [[1, 1, 1], [0, 1, 1]])
+    adv = reinforce_pp(x, AlgoConfig(gamma=0.5))
+    s = math.sqrt(0.175) + EPS
+    close(adv, [[-0.1 / s, 0.15 / s, 0.65 / s], [0, -0.35 / s, -0.35 / s]])
+
+
+def test_reinforce_pp_baseline_golden():
+    # groups {0: [1,0], 1: [1,1]} -> centred [.5,-.5,0,0]; masks have 2,1,2,2 tokens, so the
+    # tokens are [.5,.5,-.5,0,0,0,0]: mean 1/14, deviations 3/7 (x2), -4/7, -1/14 (x4),
+    # sum sq 18/49 + 16/49 + 4/196 = 5/7, unbiased var 5/42. The all-equal group 1 gets
+    # -(1/14)/std, not 0: batch whitening re-centres on the token-weighted mean.
+    x = inputs([1, 0, 1, 1], [0, 0, 1, 1], [[1, 1], [1, 0], [1, 1], [1, 1]])
+    adv = reinforce_pp_baseline(x, AlgoConfig())
+    s = math.sqrt(5 / 42) + EPS
+    a, b, c = 3 / 7 / s, -4 / 7 / s, -1 / 14 / s
+    close(adv, [[a, a], [b, 0], [c, c], [c, c]])
+
+
+def test_reinforce_pp_baseline_equal_lengths_keep_equal_groups_at_zero():
+    # centred [.5,-.5,0,0] on 2 tokens each: mean 0, sum sq 1, unbiased var 1/7
+    adv = reinforce_pp_baseline(inputs([1, 0, 1, 1], [0, 0, 1, 1], [[1, 1]] * 4), AlgoConfig())
+    s = math.sqrt(1 / 7) + EPS
+    close(per_seq(adv), [0.5 / s, -0.5 / s, 0, 0])
+
+
+def test_remax_golden():
+    # [1 - 0.5, 0.5 - 0.5, 0 - 1]
+    x = adv_inputs([1, 0.5, 0], [0, 1, 2], [[1, 1]] * 3, baseline_rewards=[0.5, 0.5, 1])
+    close(per_seq(remax(x, AlgoConfig())), [0.5, 0, -1])
+
+
+def test_opo_golden():
+    # lengths [3,1,2], rewards [1,0,1]: b = (3*1 + 1*0 + 2*1) / 6 = 5/6 -> [1/6, -5/6, 1/6]
+    x = inputs([1, 0, 1], [4, 4, 4], [[1, 1, 1], [0, 1, 0], [1, 0, 1]])
+    adv = opo(x, AlgoConfig())
+    close(adv, [[1 / 6] * 3, [0, -5 / 6, 0], [1 / 6, 0, 1 / 6]])
+
+
+def test_gae_golden_with_observation_gap():
+    # gamma 0.9, lam 0.8 (gamma*lam 0.72), reward 1 on the last token, V = [.5, .6, .8]
+    # t2: delta = 1 - .8 = .2, A = .2
+    # t1: delta = .9*.8 - .6 = .12, A = .12 + .72*.2 = .264
+    # t0: delta = .9*.6 - .5 = .04, A = .04 + .72*.264 = .23008
+    # returns = A + V = [.73008, .864, 1.0]. Row 1 is the same with an observation token
+    # (value 99, reward 5) at t=1 that the recursion skips.
+    x = adv_inputs(
+        [1, 1],
+        [0, 1],
+        [[1, 1, 1, 0], [1, 0, 1, 1]],
+        token_rewards=[[0, 0, 1, 0], [0, 5, 0, 1]],
+        values=[[0.5, 0.6, 0.8, 7], [0.5, 99, 0.6, 0.8]],
+    )
+    algo = AlgoConfig(gamma=0.9, lam=0.8)
+    adv, returns = gae_returns(x, algo)
+    close(adv, [[0.23008, 0.264, 0.2, 0], [0.23008, 0, 0.264, 0.2]])
+    close(returns, [[0.73008, 0.864, 1.0, 0], [0.73008, 0, 0.864, 1.0]])
+    assert torch.equal(gae(x, algo), adv)
+
+
+def test_passk_golden():
+    # k=2, N=4. Group 0: one right (N_neg=3): p = 1 - C(3,2)/C(4,2) = 1/2, std 1/2,
+    #   A_pos = (1/2)/(1/2) = 1, A_neg = (1/2 - C(2,1)/C(3,1)) / (1/2) = (1/2 - 2/3)*2 = -1/3.
+    # Group 1: two right (N_neg=2): p = 1 - C(2,2)/6 = 5/6, std = sqrt(5/36) = sqrt(5)/6,
+    #   A_pos = (1/6)/std = 1/sqrt(5), A_neg = (1/6 - C(1,1)/C(3,1))/std = -1/sqrt(5).
+    rewards = [0, 1, 0, 0, 1, 0, 1, 0]
+    adv = passk(inputs(rewards, [0, 0, 0, 0, 1, 1, 1, 1]), AlgoConfig(pass_k=2))
+    s0, s1 = 0.5 + EPS, math.sqrt(5) / 6 + EPS
+    n0, p0, p1, n1 = -1 / 6 / s0, 0.5 / s0, 1 / 6 / s1, -1 / 6 / s1
+    close(per_seq(adv), [n0, p0, n0, n0, p1, n1, p1, n1])
+
+
+def test_passk_k1_is_grpo_with_population_std():
+    # k=1: p = N_pos/N = mean, A_pos = (1 - mean)/std, A_neg = (1 - mean - 1)/std = -mean/std,
+    # i.e. (r - mean)/sqrt(mean(1 - mean)), the population std; grpo uses the unbiased std.
+    gen = torch.Generator().manual_seed(1)
+    rewards = (torch.rand(48, generator=gen) < 0.4).float()
+    group_ids = torch.arange(48) % 6 * 7
+    x = AdvInputs(rewards, group_ids, torch.ones(48, 2))
+    got = per_seq(passk(x, AlgoConfig(pass_k=1)))
+    mean, std = group_stats(rewards.double(), group_ids)
+    n = 8
+    pop_std = std * math.sqrt((n - 1) / n)
+    torch.testing.assert_close(got, (rewards - mean) / (pop_std + EPS), atol=1e-6, rtol=0)
+    scaled = per_seq(grpo(x, AlgoConfig())) * math.sqrt(n / (n - 1))
+    torch.testing.assert_close(got, scaled, atol=1e-5, rtol=0)
+
+
+def test_passk_rewards_rare_successes_more_and_sums_to_zero():
+    n = 8
+    groups = [[1] * c + [0] * (n - c) for c in range(1, n)]
+    rewards = [r for g in groups for r in g]
+    group_ids = [i for i in range(len(groups)) for _ in range(n)]
+    for k in (1, 2, 4, 7):
+        adv = per_seq(passk(inputs(rewards, group_ids), AlgoConfig(pass_k=k))).view(-1, n)
+        correct = adv[:, 0]  # first member of each group is right; groups have 1..7 right
+        assert torch.all(correct[:-1] >= correct[1:])
+        assert torch.all(correct[correct != 0] > 0)
+        # sum over the group: N_pos q - N_neg (q - t) with q = (N_neg / N) t, so exactly 0
+        torch.testing.assert_close(
+            adv.sum(1), torch.zeros(len(groups), dtype=torch.float64), atol=1e-6, rtol=0
+        )
+    # with k=2 a single success is worth more than any one of three successes
+    adv = per_seq(passk(inputs(rewards, group_ids), AlgoConfig(pass_k=2))).view(-1, n)
+    assert adv[0, 0] > adv[2, 0] > 0
+
+
+def test_passk_raises_on_non_binary_rewards_and_too_large_k():
+    with pytest.raises(ValueError, match="0/1 rewards"):
+        passk(inputs([1, 0.5, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=2))
+    with pytest.raises(ValueError, match="pass_k=4 with a group of 4"):
+        passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=4))
+    passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=3))  # k = N-1 is fine
+
+
+def test_missing_fields_raise_naming_the_field():
+    x = inputs([1, 0], [0, 0])
+    with pytest.raises(ValueError, match="AdvInputs.values.*critic"):
+        gae(x, AlgoConfig())
+    with pytest.raises(ValueError, match="AdvInputs.baseline_rewards.*greedy"):
+        remax(x, AlgoConfig())
+
+
+# ---------------------------------------------------------------- loop references, random data
+
+
+def random_batch(seed, b=24, t=12):
+    gen = torch.Generator().manual_seed(seed)
+    group_ids = torch.tensor([3, 17, 42, 99, 5, 64])[torch.randperm(b, generator=gen) % 6]
+    mask = (torch.rand(b, t, generator=gen) < 0.7).float()  # ragged, with gaps
+    mask[1] = 0  # one fully masked row
+    mask[2, :] = 0
+    mask[2, 5:] = 1  # one row with a prompt prefix only
+    nan = torch.full((b, t), float("nan"))  # off-mask garbage must never leak in
+    on = mask.bool()
+    return AdvInputs(
+        rewards=torch.randn(b, generator=gen),
+        group_ids=group_ids,
+        loss_mask=mask,
+        token_rewards=torch.where(on, torch.randn(b, t, generator=gen), nan),
+        values=torch.where(on, torch.randn(b, t, generator=gen), nan),
+        baseline_rewards=torch.randn(b, generator=gen),
+    )
+
+
+def loop_grpo(x, normalize_std):
+    r, g = x.rewards.tolist(), x.group_ids.tolist()
+    out = []
+    for i in range(len(r)):
+        group = [r[j] for j in range(len(r)) if g[j] == g[i]]
+        a = r[i] - sum(group) / len(group)
+        out.append(a / (statistics.stdev(group) + EPS) if normalize_std else a)
+    return out
+
+
+def loop_rloo(x):
+    r, g = x.rewards.tolist(), x.group_ids.tolist()
+    out = []
+    for i in range(len(r)):
+        others = [r[j] for j in range(len(r)) if g[j] == g[i] and j != i]
+        out.append(r[i] - sum(others) / len(others))
+    return out
+
+
+def loop_opo(x):
+    r, g = x.rewards.tolist(), x.group_ids.tolist()
+    lengths = [sum(row) for row in x.loss_mask.tolist()]
+    out = []
+    for i in range(len(r)):
+        members = [j for j in range(len(r)) if g[j] == g[i]]
+        b = sum(lengths[j] * r[j] for j in members) / sum(lengths[j] for j in members)
+        out.append(r[i] - b)
+    return out
+
+
+def policy_positions(x):
+    return [[t for t, m in enumerate(row) if m] for row in x.loss_mask.tolist()]
+
+
+def loop_reinforce_pp(x, gamma):
+    rewards = x.token_rewards.tolist()
+    returns = {}
+    for i, pos in enumerate(policy_positions(x)):
+        for j, t in enumerate(pos):
+            returns[i, t] = sum(gamma**p * rewards[i][s] for p, s in enumerate(pos[j:]))
+    mean, std = statistics.mean(returns.values()), statistics.stdev(returns.values())
+    out = torch.zeros(x.loss_mask.shape, dtype=torch.float64)
+    for (i, t), v in returns.items():
+        out[i, t] = (v - mean) / (std + EPS)
+    return out
+
+
+def loop_gae(x, gamma, lam):
+    r, v = x.token_rewards.tolist(), x.values.tolist()
+    out = torch.zeros(x.loss_mask.shape, dtype=torch.float64)
+    for i, pos in enumerate(policy_positions(x)):
+        vals = [v[i][t] for t in pos] + [0.0]
+        deltas = [r[i][t] + gamma * vals[j + 1] - vals[j] for j, t in enumerate(pos)]
+        for j, t in enumerate(pos):  # the explicit sum, not the recursion
+            out[i, t] = sum((gamma * lam) ** p * d for p, d in enumerate(deltas[j:]))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_group_estimators_match_loop_reference(seed):
+    x = random_batch(seed)
+    mask = x.loss_mask
+    for fn, expected in [
+        (lambda x: grpo(x, AlgoConfig()), loop_grpo(x, True)),
+        (lambda x: grpo(x, AlgoConfig(normalize_std=False)), loop_grpo(x, False)),
+        (lambda x: dr_grpo(x, AlgoConfig()), loop_grpo(x, False)),
+        (lambda x: rloo(x, AlgoConfig()), loop_rloo(x)),
+        (lambda x: opo(x, AlgoConfig()), loop_opo(x)),
+    ]:
+        want = torch.tensor(expected, dtype=torch.float64)[:, None] * mask.double()
+        torch.testing.assert_close(fn(x).double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("gamma", "lam"), [(1.0, 1.0), (0.9, 0.95), (0.5, 0.0)])
+def test_token_estimators_match_loop_reference(seed, gamma, lam):
+    x = random_batch(seed)
+    algo = AlgoConfig(gamma=gamma, lam=lam)
+    got = reinforce_pp(x, algo).double()
+    torch.testing.assert_close(got, loop_reinforce_pp(x, gamma), atol=1e-5, rtol=1e-5)
+    adv, returns = gae_returns(x, algo)
+    torch.testing.assert_close(adv.double(), loop_gae(x, gamma, lam), atol=1e-5, rtol=1e-5)
+    want = torch.where(x.loss_mask.bool(), adv.double() + x.values.double(), 0.0)
+    torch.testing.assert_close(returns.double(), want, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- every estimator
+
+
+def run_any(name, x, **algo):
+    return ADVANTAGES[name](x, AlgoConfig(**{"pass_k": 2, **algo}))
+
+
+def binary_batch(rewards, group_ids, mask):
+    x = inputs(rewards, group_ids, mask)
+    x.values = torch.zeros(x.loss_mask.shape)
+    x.baseline_rewards = torch.tensor(rewards, dtype=torch.float32)
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_every_estimator_is_zero_off_mask_finite_and_float32(name):
+    mask = [[0, 1, 1, 0], [0, 0, 0, 0], [1, 0, 1, 1], [1, 1, 1, 1]] * 2
+    x = binary_batch([1, 0, 0, 1, 1, 1, 0, 0], [2, 2, 2, 2, 9, 9, 9, 9], mask)
+    adv = run_any(name, x)
+    assert adv.shape == (8, 4) and adv.dtype == torch.float32
+    assert torch.isfinite(adv).all()
+    assert torch.all(adv[~x.loss_mask.bool()] == 0)
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGES))
+def test_every_estimator_gives_finite_zeros_without_policy_tokens(name):
+    x = binary_batch([1, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1], [[0, 0, 0]] * 6)
+    assert torch.equal(run_any(name, x), torch.zeros(6, 3))
+
+
+GROUP_ESTIMATORS = ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "opo", "passk"]
+
+
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS)
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_group_estimators_give_zero_for_all_equal_groups(name, value):
+    mask = [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 1, 1]] * 2
+    x = binary_batch([value] * 8, [5, 5, 5, 5, 8, 8, 8, 8], mask)
+    adv = run_any(name, x)
+    torch.testing.assert_close(adv, torch.zeros(8, 3), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "opo"])
+def test_per_group_estimators_zero_an_equal_group_next_to_a_mixed_one(name):
+    x = binary_batch([1, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [[1, 1, 0], [1, 0, 1]] * 3)
+    adv = run_any(name, x)
+    assert torch.equal(adv[3:], torch.zeros(3, 3))
+    assert adv[:3].abs().sum() > 0
+
+
+def test_registry_metadata():
+    assert set(ADVANTAGES) == {
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "remax",
+        "opo",
+        "gae",
+        "passk",
+    }
+    for name, fn in ADVANTAGES.items():
+        assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
+        expected = 2 if name in GROUP_ESTIMATORS else 1
+        minimum = getattr(fn, "min_group_size", 1)
+        if name == "passk":
+            assert minimum(AlgoConfig(pass_k=4)) == 5  # k = N gives all-zero advantages
+            continue
+        assert minimum == expected, name
+    assert gae.requires == ("values",)
+    assert remax.requires == ("baseline_rewards",)

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rlvr.algos.losses import LOSSES, LossInputs, ppo_clip
+from rlvr.algos.losses import AGGREGATIONS, LOSSES, LossInputs, ppo_clip
 from rlvr.config import AlgoConfig
 
 ALGO = AlgoConfig(clip_low=0.2, clip_high=0.28)
@@ -122,3 +122,228 @@ def test_fully_masked_input_gives_zero_loss():
 
 def test_registered():
     assert LOSSES["ppo_clip"] is ppo_clip
+
+
+# ---- aggregations, the other losses, and properties every (loss, aggregation) pair keeps ----
+
+LOSS_NAMES = list(LOSSES)
+AGG_NAMES = list(AGGREGATIONS)
+
+
+def make(adv, ratio, logp=None, mask=None, norm_constant=1.0) -> LossInputs:
+    """Float64 inputs from nested lists; old logprobs are chosen so that pi / pi_old = ratio."""
+    adv = torch.tensor(adv, dtype=torch.float64)
+    ratio = torch.tensor(ratio, dtype=torch.float64)
+    if logp is None:
+        logp = -1.0 - 0.1 * torch.arange(adv.numel(), dtype=torch.float64).reshape(adv.shape)
+    logp = torch.as_tensor(logp, dtype=torch.float64)
+    mask = torch.ones_like(adv) if mask is None else torch.tensor(mask, dtype=torch.float64)
+    return LossInputs(
+        logp,
+        logp - ratio.log(),
+        adv,
+        mask,
+        num_tokens=float(mask.sum()),
+        num_seqs=adv.shape[0],
+        norm_constant=norm_constant,
+    )
+
+
+def test_aggregations_golden():
+    values = torch.tensor([[1.0, 2, 3], [4, 5, 6], [7, 8, 9]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1, 0], [1, 1, 1], [0, 0, 0]], dtype=torch.float64)
+    x = LossInputs(values, values, values, mask, num_tokens=5.0, num_seqs=3, norm_constant=4.0)
+    # row sums over policy tokens: 1+2 = 3, 4+5+6 = 15, 0 (empty row); lengths 2, 3, 0
+    expected = {
+        "token-mean": (3 + 15) / 5,  # 3.6
+        "seq-mean-token-sum": (3 + 15 + 0) / 3,  # 6
+        "seq-mean-token-mean": (3 / 2 + 15 / 3 + 0) / 3,  # 6.5 / 3
+        "seq-mean-token-sum-norm": (3 / 4 + 15 / 4 + 0) / 3,  # 1.5
+    }
+    assert set(expected) == set(AGGREGATIONS)
+    for name, value in expected.items():
+        assert AGGREGATIONS[name](values, x).item() == pytest.approx(value, abs=1e-12), name
+
+
+def ragged_batch(seed=0):
+    """Five rows of lengths 4, 1, 0, 6, 3 (one empty) in width 6, with random log-ratios."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([4, 1, 0, 6, 3])
+    mask = (torch.arange(6) < lengths[:, None]).double()
+    old = -torch.rand(5, 6, generator=gen, dtype=torch.float64) * 3
+    logp = old + 0.4 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    adv = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    return LossInputs(logp, old, adv, mask, float(mask.sum()), 5, norm_constant=6.0)
+
+
+def micro_batches(x: LossInputs, splits=((0, 2), (2, 5))):
+    """Row slices as update.py builds them: trimmed to their longest row, minibatch normalisers."""
+    for lo, hi in splits:
+        width = max(int(x.loss_mask[lo:hi].sum(-1).max()), 1)
+        yield LossInputs(
+            *(t[lo:hi, :width] for t in (x.logprobs, x.old_logprobs, x.advantages, x.loss_mask)),
+            num_tokens=x.num_tokens,
+            num_seqs=x.num_seqs,
+            norm_constant=x.norm_constant,
+        )
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+def test_aggregation_micro_batches_sum_to_whole(agg):
+    x = ragged_batch()
+    fn = AGGREGATIONS[agg]
+    whole = fn(x.advantages, x)
+    parts = sum(fn(m.advantages, m) for m in micro_batches(x))
+    assert parts.item() == pytest.approx(whole.item(), abs=1e-12)
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_loss_micro_batches_sum_to_whole(loss, agg):
+    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
+    x = ragged_batch()
+    whole = LOSSES[loss](x, algo)
+    parts = [LOSSES[loss](m, algo) for m in micro_batches(x)]
+    assert sum(p.loss for p in parts).item() == pytest.approx(whole.loss.item(), abs=1e-12)
+    for key, value in whole.metrics.items():
+        assert sum(p.metrics[key] for p in parts) == pytest.approx(value, abs=1e-12), key
+
+
+def test_dual_clip_golden():
+    # bounds [0.8, 1.28], c = 3; per token max(-A r, -A clip(r)), then min(., 3|A|) where A < 0
+    x = make(adv=[[-1.0, -1.0, 1.0, -2.0]], ratio=[[4.0, 2.0, 4.0, 0.5]])
+    # A=-1 r=4: max(4, 1.28) = 4 -> capped at 3 (dual bound binds)
+    # A=-1 r=2: max(2, 1.28) = 2 < 3
+    # A=+1 r=4: max(-4, -1.28) = -1.28 (clip binds; the cap only concerns A < 0)
+    # A=-2 r=0.5: max(1.0, 1.6) = 1.6 < 6 (clip binds)
+    out = LOSSES["dual_clip"](x, ALGO)
+    assert out.loss.item() == pytest.approx((3 + 2 - 1.28 + 1.6) / 4, abs=1e-12)  # 1.33
+    assert out.metrics["clip_frac"] == pytest.approx(2 / 4)
+    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 4)
+    # plain ppo_clip differs only on the capped token: (4 + 2 - 1.28 + 1.6) / 4
+    assert ppo_clip(x, ALGO).loss.item() == pytest.approx(6.32 / 4, abs=1e-12)
+
+
+def test_gspo_golden():
+    algo = AlgoConfig(clip_low=0.05, clip_high=0.1)  # bounds [0.95, 1.1]
+    x = make(
+        adv=[[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]],
+        ratio=[[math.exp(0.1), math.exp(-0.3), math.exp(0.5)], [math.exp(0.2), math.exp(0.4), 50]],
+        mask=[[1, 1, 1], [1, 1, 0]],
+    )
+    # row 0: log s = (0.1 - 0.3 + 0.5) / 3 = 0.1, s = 1.1051709; A = 1 -> max(-1.105, -1.1) = -1.1
+    # row 1: log s = (0.2 + 0.4) / 2 = 0.3 (masked 50 ignored), s = 1.3498588; A = -2
+    #        -> max(2 * 1.3498588, 2 * 1.1) = 2.6997176
+    s1 = math.exp(0.3)
+    out = LOSSES["gspo"](x, algo)
+    assert out.loss.item() == pytest.approx((3 * -1.1 + 2 * 2 * s1) / 5, abs=1e-9)  # 0.4198870
+    assert out.metrics["clip_frac"] == pytest.approx(3 / 5)
+    seq = AlgoConfig(clip_low=0.05, clip_high=0.1, loss_agg="seq-mean-token-mean")
+    assert LOSSES["gspo"](x, seq).loss.item() == pytest.approx((-1.1 + 2 * s1) / 2, abs=1e-9)
+
+
+def test_gspo_matches_loop_reference():
+    x = ragged_batch(seed=3)
+    algo = AlgoConfig(clip_low=10.0, clip_high=10.0)  # never clips: loss = sum -A s_i / N
+    logp = x.logprobs.clone().requires_grad_()
+    out = LOSSES["gspo"](LossInputs(logp, x.old_logprobs, x.advantages, x.loss_mask, 19.0, 5), algo)
+    out.loss.backward()
+    loss, grad = 0.0, torch.zeros_like(logp)
+    for i in range(5):
+        tokens = [t for t in range(6) if x.loss_mask[i, t] == 1]
+        if not tokens:
+            continue
+        log_s = sum(float(x.logprobs[i, t] - x.old_logprobs[i, t]) for t in tokens) / len(tokens)
+        for t in tokens:
+            loss += -float(x.advantages[i, t]) * math.exp(log_s) / 19
+            grad[i, t] = -float(x.advantages[i, t]) * math.exp(log_s) / 19  # sg on s_i
+    assert out.loss.item() == pytest.approx(loss, abs=1e-12)
+    assert torch.allclose(logp.grad, grad, atol=1e-12)
+
+
+def test_cispo_golden():
+    algo = AlgoConfig(clip_low=1.0, clip_high=0.5)  # weight in [0, 1.5]: no lower clip
+    x = make(adv=[[1.0, -1.0, 2.0]], ratio=[[2.0, 0.25, 1.0]], logp=[[-0.5, -2.0, -1.0]])
+    # -sg(w) A logp: w=1.5 -> -1.5*1*-0.5 = 0.75; w=0.25 -> -0.25*-1*-2 = -0.5; w=1 -> 2
+    out = LOSSES["cispo"](x, algo)
+    assert out.loss.item() == pytest.approx((0.75 - 0.5 + 2) / 3, abs=1e-12)
+    assert out.metrics["clip_frac"] == pytest.approx(1 / 3)
+    # with the default clip_low=0.2 the second weight is raised to 0.8: -0.8*-1*-2 = -1.6
+    low = AlgoConfig(clip_low=0.2, clip_high=0.5)
+    assert LOSSES["cispo"](x, low).loss.item() == pytest.approx((0.75 - 1.6 + 2) / 3, abs=1e-12)
+
+
+def test_sapo_golden():
+    algo = AlgoConfig(sapo_tau_pos=1.0, sapo_tau_neg=1.05)
+    x = make(adv=[[1.0, -1.0, 1.0, -2.0, 0.0]], ratio=[[1.0, 1.0, 2.0, 0.5, 3.0]])
+    # f(r) = sigmoid(tau (r - 1)) * 4 / tau, loss = -f(r) A
+    # A=+1 r=1:   tau=1,    f = 0.5 * 4 = 2                           -> -2
+    # A=-1 r=1:   tau=1.05, f = 0.5 * 4 / 1.05 = 1.9047619            -> +1.9047619
+    # A=+1 r=2:   tau=1,    f = sigmoid(1) * 4 = 0.7310586 * 4 = 2.9242343  -> -2.9242343
+    # A=-2 r=0.5: tau=1.05, f = sigmoid(-0.525) * 4 / 1.05 = 0.3716852 * 3.8095238 = 1.4159383
+    #             -> +2.8318767
+    # A=0 r=3:    0
+    expected = (-2 + 2 / 1.05 - 4 / (1 + math.exp(-1)) + 2 * 4 / 1.05 / (1 + math.exp(0.525))) / 5
+    assert expected == pytest.approx((-2 + 1.9047619 - 2.9242343 + 2.8318767) / 5, abs=1e-7)
+    assert LOSSES["sapo"](x, algo).loss.item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_reinforce_golden_ignores_old_logprobs():
+    x = make(adv=[[1.0, -2.0]], ratio=[[7.0, 0.01]], logp=[[-0.5, -1.0]])  # ratios are ignored
+    # -A logp: -1 * -0.5 = 0.5; 2 * -1 = -2; token mean (0.5 - 2) / 2 = -0.75
+    assert LOSSES["reinforce"](x, ALGO).loss.item() == pytest.approx(-0.75, abs=1e-12)
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_gradcheck_every_loss(loss, agg):
+    # log-ratios away from the clip edges of [0.8, 1.28]; one advantage per sequence (GSPO's
+    # stop-gradient form is the exact gradient only then); sequence means -0.04, 0.22, -0.15
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(3, 4, generator=gen, dtype=torch.float64) * 3 - 0.1
+    log_ratio = torch.tensor(
+        [[0.05, -0.1, 0.6, -0.7], [0.0, 0.15, -0.05, 0.5], [-0.5, 0.1, 0.2, -0.15]],
+        dtype=torch.float64,
+    )
+    adv = torch.tensor([[0.7], [-1.3], [-0.4]], dtype=torch.float64).expand(3, 4)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 1], [1, 0, 1, 1]], dtype=torch.float64)
+    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
+
+    def f(lp):
+        # cispo's weight is sg(clip(r)): finite differences would see r move, autograd not.
+        # Moving old with logprobs holds r fixed, so both see only -w A log pi.
+        base = lp.detach() - log_ratio if loss == "cispo" else old
+        x = LossInputs(lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0)
+        return LOSSES[loss](x, algo).loss
+
+    assert torch.autograd.gradcheck(f, ((old + log_ratio).requires_grad_(),))
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_empty_response_gives_zero_loss(loss, agg):
+    logprobs = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    zeros = torch.zeros(2, 3, dtype=torch.float64)
+    x = LossInputs(logprobs, torch.randn(2, 3).double(), torch.randn(2, 3).double(), zeros, 0.0, 2)
+    out = LOSSES[loss](x, AlgoConfig(loss_agg=agg))
+    assert torch.isfinite(out.loss) and out.loss.item() == 0.0
+    out.loss.backward()
+    assert torch.all(logprobs.grad == 0)
+    assert all(value == 0.0 for value in out.metrics.values())
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
+    # at r = 1 each loss has gradient -A / num_tokens per policy token under token-mean
+    # (sapo too: d/dr [4/tau sigmoid(tau (r-1))] = 4 sigmoid'(0) = 1 at r = 1)
+    x = ragged_batch(seed=1)
+    logp = x.old_logprobs.clone().requires_grad_()
+    inputs = LossInputs(logp, x.old_logprobs, x.advantages, x.loss_mask, x.num_tokens, 5)
+    LOSSES[loss](inputs, AlgoConfig(clip_low=0.2, clip_high=0.28)).loss.backward()
+    expected = -x.advantages * x.loss_mask / x.num_tokens
+    assert torch.allclose(logp.grad, expected, atol=1e-12)
+
+
+def test_every_loss_and_aggregation_has_a_docstring():
+    for fn in [*LOSSES.values(), *AGGREGATIONS.values()]:
+        assert fn.__doc__ and fn.__doc__.strip().splitlines()[0]

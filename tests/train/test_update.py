@@ -4,7 +4,7 @@ import torch
 
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import load_config
-from rlvr.train.update import policy_update
+from rlvr.train.update import UpdateInputs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
 
@@ -49,18 +49,9 @@ def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
         from rlvr.train.update import batch_logprobs
 
         old = batch_logprobs(model, batch, 8, 1.0)
+    data = UpdateInputs(batch, advantages, old, None)
     result = policy_update(
-        model,
-        optimizer,
-        scheduler,
-        batch,
-        advantages,
-        old,
-        None,
-        cfg,
-        ppo_clip,
-        None,
-        torch.Generator().manual_seed(0),
+        model, optimizer, scheduler, data, cfg, ppo_clip, None, torch.Generator().manual_seed(0)
     )
     return model, result
 
@@ -84,3 +75,27 @@ def test_update_raises_the_logprob_of_positive_advantage_replies(tiny_model, tok
     after = batch_logprobs(model, batch, 8, 1.0)
     per_seq = ((after - before) * batch.loss_mask).sum(-1)
     assert per_seq[batch.rewards == 1].mean() > 0 > per_seq[batch.rewards == 0].mean()
+
+
+def test_entropy_bonus_raises_entropy(tiny_model, tokenizer):
+    from rlvr.train.update import batch_logprobs, micro_logprobs
+
+    batch = random_batch(tokenizer)
+    zero_adv = torch.zeros_like(batch.loss_mask)
+
+    def entropy_after(coef):
+        cfg = load_config(
+            None, [f"algo.entropy_coef={coef}", "rollout.batch_size=8", "rollout.group_size=4"]
+        )
+        model = copy.deepcopy(tiny_model).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+        old = batch_logprobs(model, batch, 8, 1.0)
+        data = UpdateInputs(batch, zero_adv, old, None)
+        policy_update(model, optimizer, scheduler, data, cfg, ppo_clip, None, torch.Generator())
+        with torch.no_grad():
+            _, entropy = micro_logprobs(model, batch, torch.arange(8), 1.0, with_entropy=True)
+        return float((entropy * batch.loss_mask).sum())
+
+    assert entropy_after(0.0) == entropy_after(0.0)
+    assert entropy_after(1.0) > entropy_after(0.0) + 1e-4
