@@ -24,7 +24,7 @@ from rlvr.types import Problem, Score
 RewardFn = Callable[[Problem, str], Score]
 
 # Optional AdvInputs fields the trainer fills; an estimator lists what it needs in `fn.requires`.
-PRODUCED_FIELDS = {"token_rewards"}
+PRODUCED_FIELDS = {"token_rewards", "baseline_rewards"}
 
 
 @dataclass
@@ -88,8 +88,8 @@ def build_components(cfg: Config) -> Components:
     if missing:
         raise ConfigError(
             f"algo.advantage = '{cfg.algo.advantage}' needs {', '.join(sorted(missing))}, which the "
-            "trainer does not produce yet (critic values arrive with train/critic.py, greedy "
-            "baselines with the runner's baseline rollout). Fix: choose another estimator."
+            "trainer does not produce yet (critic values arrive with train/critic.py). "
+            "Fix: choose another estimator."
         )
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")

@@ -11,6 +11,7 @@ import random
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -166,9 +167,9 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
         cfg, timings = self.cfg, {}
-        trajectories = self.rollout(timings)
+        trajectories, baselines = self.rollout(timings)
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        data, kl_metrics = self.prepare_update(batch, timings)
+        data, kl_metrics = self.prepare_update(batch, baselines, timings)
         with timed(timings, "time/update"):
             result = policy_update(
                 self.model, self.optimizer, self.scheduler, data, cfg,
@@ -189,7 +190,8 @@ class Trainer:
         )
         return metrics
 
-    def rollout(self, timings: dict[str, float]) -> list[Trajectory]:
+    def rollout(self, timings: dict[str, float]) -> tuple[list[Trajectory], torch.Tensor | None]:
+        """This step's groups, and each sample's greedy-baseline reward when the estimator needs it."""
         cfg = self.cfg
         prompts = cfg.rollout.batch_size // cfg.rollout.group_size
         problems = [
@@ -200,9 +202,17 @@ class Trainer:
         with timed(timings, "time/rollout"):
             trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
         timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
-        return trajectories
+        baselines = None
+        if "baseline_rewards" in getattr(self.components.advantage, "requires", ()):
+            with timed(timings, "time/baseline_rollout"):
+                greedy = replace(self.runner.params, temperature=0.0)
+                per_prompt = [t.reward for t in self.runner.collect(problems, 1, seed, greedy)]
+            baselines = torch.tensor([per_prompt[t.group_id] for t in trajectories])
+        return trajectories, baselines
 
-    def prepare_update(self, batch: Batch, timings: dict[str, float]) -> tuple[UpdateInputs, dict]:
+    def prepare_update(
+        self, batch: Batch, baselines: torch.Tensor | None, timings: dict[str, float]
+    ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
         cfg, micro, temperature = (
             self.cfg,
@@ -226,8 +236,9 @@ class Trainer:
             token_rewards = token_rewards - self.kl_coef.value * kl
             kl_metrics["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
-            token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards
-        )
+            token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
+            baseline_rewards=baselines,
+        )  # fmt: skip
         advantages = self.components.advantage(inputs, cfg.algo)
         data = UpdateInputs(batch, advantages, old, ref, kl_coef=self.kl_coef.value)
         return data, kl_metrics
