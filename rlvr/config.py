@@ -163,6 +163,17 @@ class AlgoConfig(Section):
     lam: float = Field(
         1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
     )
+    critic_lr: float = Field(
+        1e-4, gt=0, description="gae: learning rate of the critic (a separate value model)."
+    )
+    value_clip: float = Field(
+        0.2,
+        gt=0,
+        description="gae: the critic's new values stay within this of the old ones in its loss.",
+    )
+    critic_warmup_steps: int = Field(
+        0, ge=0, description="gae: RL steps at the start that fit only the critic, not the policy."
+    )
     pass_k: int = Field(4, gt=0, description="passk: the k whose pass@k the advantages optimise.")
     loss_norm_tokens: int | None = Field(
         None,

@@ -9,7 +9,7 @@ from rlvr.train.setup import build_components
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.toml")), ids=lambda p: p.name)
 def test_every_example_config_resolves(path, monkeypatch):
     monkeypatch.chdir(ROOT)  # example data paths are relative to the repo root
     components = build_components(load_config(path))

@@ -24,7 +24,7 @@ from rlvr.types import Problem, Score
 RewardFn = Callable[[Problem, str], Score]
 
 # Optional AdvInputs fields the trainer fills; an estimator lists what it needs in `fn.requires`.
-PRODUCED_FIELDS = {"token_rewards", "baseline_rewards"}
+PRODUCED_FIELDS = {"token_rewards", "baseline_rewards", "values"}
 
 
 @dataclass

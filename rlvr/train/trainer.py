@@ -26,12 +26,13 @@ from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model
 from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from rlvr.train.critic import Critic
 from rlvr.train.display import Display
 from rlvr.train.evaluate import evaluate
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir
 from rlvr.train.setup import Components, build_components, make_runner, resolve_device
-from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
+from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import STATUSES, Batch, Trajectory
 
@@ -107,6 +108,8 @@ class Trainer:
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
+        needs_values = "values" in getattr(self.components.advantage, "requires", ())
+        self.critic = Critic(self.model, cfg) if needs_values else None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
@@ -136,6 +139,8 @@ class Trainer:
             )
         self.update_rng.set_state(state.pop("update_rng"))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
+        if self.critic is not None:
+            self.critic.load_state_dict(state.pop("critic"))
         self.state = state
         self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
@@ -144,6 +149,8 @@ class Trainer:
     def save(self) -> None:
         # The reference is not saved: it is the starting model, rebuilt from model.name.
         state = dict(self.state, update_rng=self.update_rng.get_state())
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
         save_checkpoint(
             self.run_dir.checkpoints,
             self.state["step"],
@@ -169,16 +176,23 @@ class Trainer:
         cfg, timings = self.cfg, {}
         trajectories, baselines = self.rollout(timings)
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        data, kl_metrics = self.prepare_update(batch, baselines, timings)
+        data, extra = self.prepare_update(batch, baselines, timings)
         with timed(timings, "time/update"):
-            result = policy_update(
-                self.model, self.optimizer, self.scheduler, data, cfg,
-                self.components.loss, None if cfg.algo.kl_in_reward else self.components.kl,
-                self.update_rng,
-            )  # fmt: skip
+            if self.state["step"] >= cfg.algo.critic_warmup_steps:
+                result = policy_update(
+                    self.model, self.optimizer, self.scheduler, data, cfg,
+                    self.components.loss, None if cfg.algo.kl_in_reward else self.components.kl,
+                    self.update_rng,
+                )  # fmt: skip
+            else:  # critic warm-up: the policy waits until the values mean something
+                result = UpdateResult({}, skipped=0)
+        if self.critic is not None:
+            with timed(timings, "time/critic"):
+                returns = (data.advantages + data.values) * batch.loss_mask
+                extra.update(self.critic.update(batch, returns, data.values, self.update_rng))
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
-        metrics = dict(batch_metrics(trajectories), **result.metrics, **kl_metrics, **timings)
-        if data.ref_logprobs is not None:
+        metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
+        if "kl" in metrics:
             self.state["kl_coef"] = self.kl_coef.update(metrics["kl"], len(batch))
             metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
@@ -229,19 +243,23 @@ class Trainer:
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"):
                 ref = self.reference.logprobs(batch, micro, temperature)
-        token_rewards, kl_metrics = batch.token_rewards, {}
+        values = None
+        if self.critic is not None:
+            with timed(timings, "time/values"):
+                values = self.critic.values(batch)
+        token_rewards, extra = batch.token_rewards, {}
         if ref is not None and cfg.algo.kl_in_reward:
             policy = old if old is not None else batch.behaviour_logprobs
             kl = self.components.kl(policy, ref) * batch.loss_mask  # [B, T-1]
             token_rewards = token_rewards - self.kl_coef.value * kl
-            kl_metrics["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
+            extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
             token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
-            baseline_rewards=baselines,
+            values=values, baseline_rewards=baselines,
         )  # fmt: skip
         advantages = self.components.advantage(inputs, cfg.algo)
-        data = UpdateInputs(batch, advantages, old, ref, kl_coef=self.kl_coef.value)
-        return data, kl_metrics
+        data = UpdateInputs(batch, advantages, old, ref, self.kl_coef.value, values)
+        return data, extra
 
     def run(self) -> dict:
         cfg, run_dir = self.cfg, self.run_dir

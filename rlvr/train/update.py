@@ -51,6 +51,7 @@ class UpdateInputs:
     old_logprobs: torch.Tensor | None  # [B, T-1]; None = on-policy single pass, old = current
     ref_logprobs: torch.Tensor | None  # [B, T-1]; None = no KL term in the loss
     kl_coef: float = 0.0
+    values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
 
 
 def micro_batch_loss(

@@ -1,0 +1,104 @@
+"""The PPO critic: a value model, fitted by a clipped value loss alongside the policy."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from rlvr.config import Config
+from rlvr.types import Batch
+
+
+class ValueModel(nn.Module):
+    """The policy's transformer body (a separate copy) with a scalar head on its last hidden state."""
+
+    def __init__(self, policy: PreTrainedModel):
+        super().__init__()
+        self.body = copy.deepcopy(policy.base_model)
+        self.head = nn.Linear(policy.config.hidden_size, 1, device=policy.device)
+        nn.init.zeros_(self.head.weight)  # start from V = 0: the first advantages are the returns
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Values [B, T-1]: column t estimates the return from token t+1 on (aligned like the loss mask)."""
+        device = self.head.weight.device
+        hidden = self.body(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device))
+        return self.head(hidden.last_hidden_state[:, :-1].float()).squeeze(-1)
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float
+) -> torch.Tensor:
+    """Per-token 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-clip) - R)^2), as in PPO2."""
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+
+
+class Critic:
+    """A value model with its own optimizer and learning rate (algo.critic_lr)."""
+
+    def __init__(self, policy: PreTrainedModel, cfg: Config):
+        self.cfg = cfg
+        self.model = ValueModel(policy)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.algo.critic_lr)
+
+    @torch.no_grad()
+    def values(self, batch: Batch) -> torch.Tensor:
+        """Values [B, T-1] of the whole batch, zero off the loss mask."""
+        out = torch.zeros_like(batch.loss_mask)
+        self.model.eval()
+        for rows in torch.arange(len(batch)).split(self.cfg.train.micro_batch_size):
+            width = int(batch.attention_mask[rows].sum(-1).max())
+            values = self.model(batch.input_ids[rows, :width], batch.attention_mask[rows, :width])
+            out[rows, : width - 1] = values.float().cpu()
+        return out * batch.loss_mask
+
+    def update(
+        self,
+        batch: Batch,
+        returns: torch.Tensor,
+        old_values: torch.Tensor,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """Fit the values to the returns for algo.ppo_epochs x algo.minibatches steps."""
+        algo, train = self.cfg.algo, self.cfg.train
+        total, steps = 0.0, 0
+        self.model.train()
+        for _ in range(algo.ppo_epochs):
+            for minibatch in torch.randperm(len(batch), generator=generator).chunk(
+                algo.minibatches
+            ):
+                self.optimizer.zero_grad(set_to_none=True)
+                num_tokens = float(batch.loss_mask[minibatch].sum().clamp(min=1))
+                for rows in minibatch.split(train.micro_batch_size):
+                    width = int(batch.attention_mask[rows].sum(-1).max())
+                    values = self.model(
+                        batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
+                    )
+                    device = values.device
+                    per_token = clipped_value_loss(
+                        values,
+                        old_values[rows, : width - 1].to(device),
+                        returns[rows, : width - 1].to(device),
+                        algo.value_clip,
+                    )
+                    mask = batch.loss_mask[rows, : width - 1].to(device)
+                    loss = (
+                        per_token * mask
+                    ).sum() / num_tokens  # micro-batches sum to the minibatch
+                    loss.backward()
+                    total += loss.item()
+                nn.utils.clip_grad_norm_(self.model.parameters(), train.max_grad_norm)
+                self.optimizer.step()
+                steps += 1
+        return {"critic/value_loss": total / max(steps, 1)}
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
