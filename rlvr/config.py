@@ -163,6 +163,31 @@ class AlgoConfig(Section):
     lam: float = Field(
         1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
     )
+    dynamic_sampling: bool = Field(
+        False,
+        description="DAPO: drop groups whose rewards are all equal and sample more prompts until "
+        "the batch is full (or max_sampling_rounds is reached).",
+    )
+    max_sampling_rounds: int = Field(
+        3, gt=0, description="dynamic_sampling: most extra sampling rounds per step."
+    )
+    overlong_window: int = Field(
+        0,
+        ge=0,
+        description="DAPO soft overlong penalty: over the last this many tokens of the budget the "
+        "reward falls linearly by up to overlong_factor; 0 disables.",
+    )
+    overlong_factor: float = Field(1.0, ge=0, description="Size of the full overlong penalty.")
+    mask_truncated: bool = Field(
+        False,
+        description="DAPO: responses cut by max_new_tokens get no loss (their mask is zeroed).",
+    )
+    tis: Literal["off", "token", "sequence"] = Field(
+        "off",
+        description="Truncated importance sampling against rollout/training mismatch: weigh each "
+        "token (or sequence) by pi_train / pi_engine, capped at tis_cap.",
+    )
+    tis_cap: float = Field(2.0, gt=0, description="Upper bound of the truncated IS weights.")
     critic_lr: float = Field(
         1e-4, gt=0, description="gae: learning rate of the critic (a separate value model)."
     )

@@ -86,4 +86,4 @@ class Display:
             table.add_column(column)
         for row in rows:
             table.add_row(*row)
-        Console().print(table)
+        self.console.print(table)

@@ -21,7 +21,10 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 
 import rlvr
 from rlvr.algos.advantages import AdvInputs
+from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
+from rlvr.algos.filters import varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
+from rlvr.algos.shaping import overlong_penalty
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model
@@ -174,9 +177,20 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
         cfg, timings = self.cfg, {}
-        trajectories, baselines = self.rollout(timings)
+        trajectories, baselines, sampling = self.rollout(timings)
+        penalties = overlong_penalty(
+            torch.tensor([t.num_generated for t in trajectories]), cfg.rollout.max_new_tokens,
+            cfg.algo.overlong_window, cfg.algo.overlong_factor,
+        )  # fmt: skip
+        for trajectory, penalty in zip(trajectories, penalties.tolist()):
+            trajectory.turn_rewards[-1] += penalty
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
+        if cfg.algo.mask_truncated:
+            batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
         data, extra = self.prepare_update(batch, baselines, timings)
+        extra.update(sampling)
+        if cfg.algo.overlong_window:
+            extra["reward/overlong"] = float(penalties.mean())
         with timed(timings, "time/update"):
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
                 result = policy_update(
@@ -188,8 +202,7 @@ class Trainer:
                 result = UpdateResult({}, skipped=0)
         if self.critic is not None:
             with timed(timings, "time/critic"):
-                returns = (data.advantages + data.values) * batch.loss_mask
-                extra.update(self.critic.update(batch, returns, data.values, self.update_rng))
+                extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
         if "kl" in metrics:
@@ -204,42 +217,78 @@ class Trainer:
         )
         return metrics
 
-    def rollout(self, timings: dict[str, float]) -> tuple[list[Trajectory], torch.Tensor | None]:
-        """This step's groups, and each sample's greedy-baseline reward when the estimator needs it."""
+    def rollout(
+        self, timings: dict[str, float]
+    ) -> tuple[list[Trajectory], torch.Tensor | None, dict[str, float]]:
+        """This step's groups (after any group filtering), each sample's greedy-baseline reward
+        when the estimator needs one, and sampling metrics."""
+        cfg, algo = self.cfg, self.cfg.algo
+        wanted = cfg.rollout.batch_size // cfg.rollout.group_size
+        kept: list[Trajectory] = []
+        baselines: list[float] = []
+        sampled = rounds = 0
+        while len(kept) < wanted * cfg.rollout.group_size and rounds <= algo.max_sampling_rounds:
+            problems = [
+                self.components.task.train_problem(self.state["cursor"] + i) for i in range(wanted)
+            ]
+            self.state["cursor"] += wanted
+            # round 0 keeps the plain (seed, stream, step) seed; extra rounds get their own
+            seed = (cfg.train.seed, TRAIN_STREAM, self.state["step"]) + (
+                (rounds,) if rounds else ()
+            )
+            trajectories, greedy = self.collect_round(problems, seed, timings)
+            sampled += len(problems)
+            if not algo.dynamic_sampling:
+                kept, baselines = trajectories, greedy or []
+                break
+            rewards = torch.tensor([t.reward for t in trajectories])
+            keep = varied_groups(rewards, torch.tensor([t.group_id for t in trajectories]))
+            kept_ids = sorted({t.group_id for t, k in zip(trajectories, keep.tolist()) if k})
+            offset = len(kept) // cfg.rollout.group_size  # group ids stay unique across rounds
+            renumber = {g: offset + i for i, g in enumerate(kept_ids)}
+            for t, b, k in zip(trajectories, greedy or [0.0] * len(trajectories), keep.tolist()):
+                if k:
+                    t.group_id = renumber[t.group_id]
+                    kept.append(t)
+                    baselines.append(b)
+            rounds += 1
+        if not kept:  # nothing varied in any round: train on the last one (zero advantages)
+            kept, baselines = trajectories, greedy or []
+        kept, baselines = kept[: wanted * cfg.rollout.group_size], baselines[: len(kept)]
+        metrics = {
+            "sampling/prompts": sampled,
+            "sampling/kept_groups": len(kept) // cfg.rollout.group_size,
+        }
+        needs_baseline = "baseline_rewards" in getattr(self.components.advantage, "requires", ())
+        return kept, torch.tensor(baselines) if needs_baseline else None, metrics
+
+    def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
         cfg = self.cfg
-        prompts = cfg.rollout.batch_size // cfg.rollout.group_size
-        problems = [
-            self.components.task.train_problem(self.state["cursor"] + i) for i in range(prompts)
-        ]
-        self.state["cursor"] += prompts
-        seed = (cfg.train.seed, TRAIN_STREAM, self.state["step"])
         with timed(timings, "time/rollout"):
             trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
-        timings.update({f"time/{k}": v for k, v in self.runner.timings.items()})
-        baselines = None
-        if "baseline_rewards" in getattr(self.components.advantage, "requires", ()):
-            with timed(timings, "time/baseline_rollout"):
-                greedy = replace(self.runner.params, temperature=0.0)
-                per_prompt = [t.reward for t in self.runner.collect(problems, 1, seed, greedy)]
-            baselines = torch.tensor([per_prompt[t.group_id] for t in trajectories])
-        return trajectories, baselines
+        for name, seconds in self.runner.timings.items():
+            timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
+        if "baseline_rewards" not in getattr(self.components.advantage, "requires", ()):
+            return trajectories, None
+        with timed(timings, "time/baseline_rollout"):
+            greedy = replace(self.runner.params, temperature=0.0)
+            per_prompt = [t.reward for t in self.runner.collect(problems, 1, seed, greedy)]
+        return trajectories, [per_prompt[t.group_id] for t in trajectories]
 
     def prepare_update(
         self, batch: Batch, baselines: torch.Tensor | None, timings: dict[str, float]
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
-        cfg, micro, temperature = (
-            self.cfg,
-            self.cfg.train.micro_batch_size,
-            self.cfg.rollout.temperature,
-        )
+        cfg = self.cfg
+        micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
         old = ref = None
         timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
-        if (
-            cfg.algo.ppo_epochs > 1 or cfg.algo.minibatches > 1
-        ):  # single on-policy pass: old == current
+        on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
+        extra = {}
+        if not on_policy or cfg.algo.tis != "off":
             with timed(timings, "time/old_logprobs"):
                 old = batch_logprobs(self.model, batch, micro, temperature)
+            extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"):
                 ref = self.reference.logprobs(batch, micro, temperature)
@@ -247,7 +296,7 @@ class Trainer:
         if self.critic is not None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
-        token_rewards, extra = batch.token_rewards, {}
+        token_rewards = batch.token_rewards
         if ref is not None and cfg.algo.kl_in_reward:
             policy = old if old is not None else batch.behaviour_logprobs
             kl = self.components.kl(policy, ref) * batch.loss_mask  # [B, T-1]
@@ -258,7 +307,18 @@ class Trainer:
             values=values, baseline_rewards=baselines,
         )  # fmt: skip
         advantages = self.components.advantage(inputs, cfg.algo)
-        data = UpdateInputs(batch, advantages, old, ref, self.kl_coef.value, values)
+        returns = (
+            None if values is None else (advantages + values) * batch.loss_mask
+        )  # critic targets
+        if cfg.algo.tis != "off":
+            # Scaling the advantage by a non-negative, stop-gradient weight scales every
+            # registered loss's per-token term by it, so the correction needs no loss changes.
+            weights, tis_metrics = truncated_is_weights(
+                old, batch.behaviour_logprobs, batch.loss_mask, cfg.algo.tis, cfg.algo.tis_cap
+            )
+            advantages = advantages * weights
+            extra.update(tis_metrics)
+        data = UpdateInputs(batch, advantages, old, ref, self.kl_coef.value, values, returns)
         return data, extra
 
     def run(self) -> dict:
@@ -275,34 +335,32 @@ class Trainer:
                 step_start = time.perf_counter()
                 metrics = self.step()
                 self.state["step"] += 1
-                step = self.state["step"]
                 metrics["time/step"] = time.perf_counter() - step_start
                 if metrics["skipped_updates"]:
-                    self.display.message(
-                        f"[yellow]step {step}: non-finite loss or gradient, update skipped"
-                    )
-                    if self.state["bad_steps"] >= cfg.train.max_bad_steps:
-                        raise RuntimeError(
-                            f"aborting: {self.state['bad_steps']} consecutive steps had a non-finite loss or "
-                            f"gradient; the last good checkpoint is in {run_dir.checkpoints}. Lower train.lr or "
-                            "check the reward for extreme values."
-                        )
-                if (
-                    cfg.train.eval_every
-                    and step % cfg.train.eval_every == 0
-                    and step < cfg.train.steps
-                ):
+                    self.on_bad_step()
+                if self.due(cfg.train.eval_every):
                     metrics.update(self.evaluate())
                 self.state["elapsed"] = time.perf_counter() - started
-                run_dir.log({"step": step, **metrics})
-                bar.update(step, metrics)
-                if (
-                    cfg.train.save_every
-                    and step % cfg.train.save_every == 0
-                    and step < cfg.train.steps
-                ):
+                run_dir.log({"step": self.state["step"], **metrics})
+                bar.update(self.state["step"], metrics)
+                if self.due(cfg.train.save_every):
                     self.save()
         return self.finish(started)
+
+    def due(self, interval: int) -> bool:
+        """Every `interval` steps (0 = never) before the last, which finish() handles."""
+        step = self.state["step"]
+        return bool(interval) and step % interval == 0 and step < self.cfg.train.steps
+
+    def on_bad_step(self) -> None:
+        step, bad = self.state["step"], self.state["bad_steps"]
+        self.display.message(f"[yellow]step {step}: non-finite loss or gradient, update skipped")
+        if bad >= self.cfg.train.max_bad_steps:
+            raise RuntimeError(
+                f"aborting: {bad} consecutive steps had a non-finite loss or gradient; the last "
+                f"good checkpoint is in {self.run_dir.checkpoints}. Lower train.lr or check the "
+                "reward for extreme values."
+            )
 
     def finish(self, started: float) -> dict:
         final_eval = self.evaluate()

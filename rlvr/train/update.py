@@ -52,6 +52,7 @@ class UpdateInputs:
     ref_logprobs: torch.Tensor | None  # [B, T-1]; None = no KL term in the loss
     kl_coef: float = 0.0
     values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
+    returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
 
 
 def micro_batch_loss(

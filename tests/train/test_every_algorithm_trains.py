@@ -77,3 +77,47 @@ def test_adaptive_kl_coefficient_moves_toward_its_target(fast_overrides, monkeyp
     )
     coefs = [r["kl_coef"] for r in trainer.run_dir.read_metrics() if "kl_coef" in r]
     assert coefs[0] == 0.1 and coefs[1] < 0.1  # measured KL far below target: the coefficient drops
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_truncated_importance_sampling_and_the_measured_mismatch(
+    level, fast_overrides, monkeypatch
+):
+    trainer, moved = two_steps(fast_overrides, monkeypatch, f"algo.tis={level}", "algo.tis_cap=2.0")
+    records = [r for r in trainer.run_dir.read_metrics() if "mismatch/abs_diff_max" in r]
+    assert moved and len(records) == 2
+    # the embedded engine samples with the training model itself: the mismatch is float noise
+    assert all(r["mismatch/abs_diff_max"] < 1e-4 for r in records)
+    assert all(r["mismatch/truncated_share"] == 0 for r in records)
+
+
+def test_dapo_pieces_train_and_report(fast_overrides, monkeypatch):
+    trainer, moved = two_steps(
+        fast_overrides, monkeypatch, "algo.dynamic_sampling=true", "algo.max_sampling_rounds=2",
+        "algo.overlong_window=8", "algo.mask_truncated=true", "algo.clip_high=0.28",
+    )  # fmt: skip
+    records = [r for r in trainer.run_dir.read_metrics() if "sampling/prompts" in r]
+    assert len(records) == 2
+    for r in records:
+        assert r["sampling/kept_groups"] <= 4 and r["sampling/prompts"] >= 4
+        assert -1.0 <= r["reward/overlong"] <= 0.0
+
+
+def test_dynamic_sampling_drops_groups_with_equal_rewards(fast_overrides, monkeypatch):
+    from rlvr.train.trainer import Trainer as T
+
+    def first_problem_only(problem, response):  # only problems whose id sorts low can vary
+        return Score(float(len(response) % 2) if problem.id < "arith-5" else 1.0, "ok")
+
+    monkeypatch.setitem(REWARDS, "mixed", first_problem_only)
+    cfg = load_config(None, fast_overrides + [
+        "task.rewards={mixed: 1.0}", "algo.dynamic_sampling=true", "algo.max_sampling_rounds=3",
+    ])  # fmt: skip
+    trainer = T(cfg)
+    trajectories, _, sampling = trainer.rollout({})
+    rewards: dict[int, set] = {}
+    for t in trajectories:
+        rewards.setdefault(t.group_id, set()).add(t.reward)
+    assert all(len(r) > 1 for r in rewards.values())
+    assert sorted(rewards) == list(range(len(rewards)))
+    assert sampling["sampling/kept_groups"] == len(rewards)

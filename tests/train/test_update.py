@@ -99,3 +99,26 @@ def test_entropy_bonus_raises_entropy(tiny_model, tokenizer):
 
     assert entropy_after(0.0) == entropy_after(0.0)
     assert entropy_after(1.0) > entropy_after(0.0) + 1e-4
+
+
+def test_micro_batch_1x8_equals_8x1_over_20_steps(fast_overrides, monkeypatch):
+    """The whole loop, 20 RL steps: accumulation of 8 micro-batches of 1 vs one of 8."""
+    from rlvr.rewards import REWARDS
+    from rlvr.train.trainer import Trainer
+    from rlvr.types import Score
+
+    monkeypatch.setitem(REWARDS, "parity", lambda p, r: Score(float(len(r) % 2), "ok"))
+    common = fast_overrides + [
+        "rollout.batch_size=8", "train.steps=20", "train.eval_every=0", "train.save_every=0",
+        "task.rewards={parity: 1.0}", "train.lr=1e-3",
+    ]  # fmt: skip
+    losses = {}
+    for micro in (1, 8):
+        trainer = Trainer(
+            load_config(None, common + [f"train.micro_batch_size={micro}", f"log.name=m{micro}"])
+        )
+        trainer.run()
+        losses[micro] = [r["loss"] for r in trainer.run_dir.read_metrics() if "loss" in r]
+    assert len(losses[1]) == len(losses[8]) == 20
+    assert max(abs(a - b) for a, b in zip(losses[1], losses[8])) < 1e-5
+    assert len({round(x, 6) for x in losses[8]}) > 1  # the loss really changes from step to step

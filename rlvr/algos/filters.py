@@ -1,0 +1,19 @@
+"""Group filters: which groups of a rollout batch carry a learning signal."""
+
+from __future__ import annotations
+
+import torch
+
+
+def varied_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Mask [B] of samples whose group has rewards that are not all equal (DAPO's dynamic
+    sampling keeps only these: an all-equal group has zero group-relative advantage)."""
+    _, index = torch.unique(group_ids, return_inverse=True)
+    groups = int(index.max()) + 1 if len(index) else 0
+    low = torch.full((groups,), float("inf"), dtype=rewards.dtype).scatter_reduce(
+        0, index, rewards, "amin"
+    )
+    high = torch.full((groups,), float("-inf"), dtype=rewards.dtype).scatter_reduce(
+        0, index, rewards, "amax"
+    )
+    return (high > low)[index]
