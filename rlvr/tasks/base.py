@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from typing import ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -35,7 +36,7 @@ def seeded_rng(*parts: object) -> random.Random:
     return random.Random(":".join(map(str, parts)))
 
 
-class GeneratedTask:
+class GeneratedTask(ABC):
     """Base for tasks that draw problems at random: a unique eval set, and train draws that avoid it."""
 
     name: ClassVar[str]
@@ -56,8 +57,9 @@ class GeneratedTask:
                 f"eval_size={eval_size}; lower task.eval_size or widen the task's settings"
             )
 
+    @abstractmethod
     def draw(self, rng: random.Random) -> Problem:
-        raise NotImplementedError
+        """One random problem; its id must identify it (eval disjointness compares ids)."""
 
     def train_problem(self, index: int) -> Problem:
         for attempt in range(self.max_attempts):

@@ -226,7 +226,7 @@ class Trainer:
         wanted = cfg.rollout.batch_size // cfg.rollout.group_size
         kept: list[Trajectory] = []
         baselines: list[float] = []
-        sampled = rounds = 0
+        sampled = rounds = dropped = 0
         while len(kept) < wanted * cfg.rollout.group_size and rounds <= algo.max_sampling_rounds:
             problems = [
                 self.components.task.train_problem(self.state["cursor"] + i) for i in range(wanted)
@@ -244,6 +244,7 @@ class Trainer:
             rewards = torch.tensor([t.reward for t in trajectories])
             keep = varied_groups(rewards, torch.tensor([t.group_id for t in trajectories]))
             kept_ids = sorted({t.group_id for t, k in zip(trajectories, keep.tolist()) if k})
+            dropped += len(problems) - len(kept_ids)
             offset = len(kept) // cfg.rollout.group_size  # group ids stay unique across rounds
             renumber = {g: offset + i for i, g in enumerate(kept_ids)}
             for t, b, k in zip(trajectories, greedy or [0.0] * len(trajectories), keep.tolist()):
@@ -258,6 +259,7 @@ class Trainer:
         metrics = {
             "sampling/prompts": sampled,
             "sampling/kept_groups": len(kept) // cfg.rollout.group_size,
+            "sampling/dropped_groups": dropped,
         }
         needs_baseline = "baseline_rewards" in getattr(self.components.advantage, "requires", ())
         return kept, torch.tensor(baselines) if needs_baseline else None, metrics

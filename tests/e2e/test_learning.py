@@ -1,9 +1,12 @@
 """A whole run, warm start included: RL must visibly improve the tiny model."""
 
 import json
+from pathlib import Path
 
 from rlvr.config import load_config
 from rlvr.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeypatch):
@@ -32,3 +35,14 @@ def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeyp
         json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()
     ]
     assert len([r for r in records if "reward" in r]) == 12
+
+
+def test_ppo_with_a_critic_learns_the_same_task(rlvr_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(rlvr_home))  # reuses the warm start of the test above
+    cfg = load_config(ROOT / "examples" / "recipes" / "ppo.toml", [
+        "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64", "rollout.max_new_tokens=32",
+        "train.steps=12", "task.eval_size=64", "train.eval_every=6", f"log.run_dir={tmp_path}",
+        "log.quiet=true", "algo.critic_warmup_steps=2",
+    ])  # fmt: skip
+    summary = Trainer(cfg).run()
+    assert summary["final_eval"]["eval/accuracy"] >= summary["base_eval"]["eval/accuracy"] + 0.25
