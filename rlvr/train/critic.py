@@ -9,6 +9,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlvr.config import Config
+from rlvr.train.update import trim
 from rlvr.types import Batch
 
 
@@ -51,7 +52,7 @@ class Critic:
         out = torch.zeros_like(batch.loss_mask)
         self.model.eval()
         for rows in torch.arange(len(batch)).split(self.cfg.train.micro_batch_size):
-            width = int(batch.attention_mask[rows].sum(-1).max())
+            width = trim(rows, batch.attention_mask)
             values = self.model(batch.input_ids[rows, :width], batch.attention_mask[rows, :width])
             out[rows, : width - 1] = values.float().cpu()
         return out * batch.loss_mask
@@ -74,7 +75,7 @@ class Critic:
                 self.optimizer.zero_grad(set_to_none=True)
                 num_tokens = float(batch.loss_mask[minibatch].sum().clamp(min=1))
                 for rows in minibatch.split(train.micro_batch_size):
-                    width = int(batch.attention_mask[rows].sum(-1).max())
+                    width = trim(rows, batch.attention_mask)
                     values = self.model(
                         batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
                     )
