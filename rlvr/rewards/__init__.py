@@ -5,6 +5,7 @@ from rlvr.rewards.base import RewardFn, score_safely
 from rlvr.rewards.combine import weighted
 from rlvr.rewards.countdown import countdown_check
 from rlvr.rewards.format import format_reward
+from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.match import exact_match, numeric_match
 from rlvr.rewards.math import math_equal
 
@@ -16,4 +17,5 @@ REWARDS: dict[str, RewardFn] = {
     "math": math_equal,
     "countdown": countdown_check,
     "format": format_reward,
+    "ifeval": ifeval,
 }

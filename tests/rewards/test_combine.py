@@ -36,6 +36,6 @@ def test_unknown_component_suggests_the_close_name():
 
 
 def test_every_registered_reward_has_a_one_line_doc():
-    assert set(REWARDS) == {"exact", "numeric", "math", "countdown", "format"}
+    assert set(REWARDS) == {"exact", "numeric", "math", "countdown", "format", "ifeval"}
     for fn in REWARDS.values():
         assert fn.__doc__ and "\n" not in fn.__doc__.strip()
