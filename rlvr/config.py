@@ -80,6 +80,11 @@ class TaskConfig(BaseModel):
         description="Reward components and weights, e.g. {numeric = 1.0, format = 0.1}. "
         "Empty means the task's own verifier with weight 1.",
     )
+    reward_mode: Literal["sum", "gated"] = Field(
+        "sum",
+        description="How task.rewards combine: 'sum' (weighted sum) or 'gated' (in the order "
+        "given, each component counts only once all earlier ones scored 1.0).",
+    )
 
     @property
     def params(self) -> dict[str, Any]:

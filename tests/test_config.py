@@ -225,3 +225,14 @@ def test_unknown_reward_component():
     cfg = load_config(None, ["task.rewards={numerc: 1.0, format: 0.1}"])
     with pytest.raises(ConfigError, match=r"task\.rewards\.numerc.*Did you mean 'numeric'"):
         build_components(cfg)
+
+
+def test_reward_mode_selects_the_combination():
+    from rlvr.types import Problem
+
+    problem = Problem("p", "2+2=", answer="4")
+    for mode, expected in (("sum", 1.0), ("gated", 0.0)):
+        cfg = load_config(
+            None, ["task.rewards={format: 1.0, numeric: 1.0}", f"task.reward_mode={mode}"]
+        )
+        assert build_components(cfg).reward(problem, "4").value == expected  # no format marker

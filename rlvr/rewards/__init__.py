@@ -2,14 +2,14 @@
 
 from rlvr.rewards.answers import extract_answer
 from rlvr.rewards.base import RewardFn, score_safely
-from rlvr.rewards.combine import weighted
+from rlvr.rewards.combine import gated, weighted
 from rlvr.rewards.countdown import countdown_check
 from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.match import exact_match, numeric_match
 from rlvr.rewards.math import math_equal
 
-__all__ = ["REWARDS", "RewardFn", "extract_answer", "score_safely", "weighted"]
+__all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "weighted"]
 
 REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,

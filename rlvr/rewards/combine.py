@@ -1,4 +1,5 @@
-"""Combine reward components into one reward: a weighted sum with per-component values in info."""
+"""Combine reward components into one reward: a weighted sum, or hierarchical gates where a
+component counts only once every one before it is satisfied. Each component's value is in info."""
 
 from __future__ import annotations
 
@@ -12,34 +13,63 @@ from rlvr.types import Problem, Score
 _SEVERITY = ("infra_error", "crash", "timeout")
 
 
-def weighted(
-    components: Mapping[str, float], registry: Mapping[str, RewardFn] | None = None
-) -> RewardFn:
-    """A reward that sums `weight * component` over named components of `registry` (default REWARDS)."""
+def _resolve(
+    components: Mapping[str, float], registry: Mapping[str, RewardFn] | None
+) -> dict[str, RewardFn]:
     if registry is None:
         from rlvr.rewards import REWARDS  # here, not at the top: REWARDS is built from this package
 
         registry = REWARDS
     if not components:
-        raise ValueError("weighted() needs at least one reward component")
+        raise ValueError("a combined reward needs at least one component")
     for name in components:
         if name not in registry:
             close = difflib.get_close_matches(name, list(registry), n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
             raise KeyError(f"unknown reward {name!r}.{hint} Known: {', '.join(sorted(registry))}")
-    weights = dict(components)
-    fns = {name: registry[name] for name in weights}
+    return {name: registry[name] for name in components}
+
+
+def _combine(scores: dict[str, Score], weights: Mapping[str, float]) -> Score:
+    value = sum(weights[name] * score.value for name, score in scores.items())
+    info: dict[str, float | str] = {name: score.value for name, score in scores.items()}
+    errors = [f"{name}: {s.info['error']}" for name, s in scores.items() if "error" in s.info]
+    if errors:
+        info["error"] = "; ".join(errors)
+    statuses = {score.status for score in scores.values()}
+    status = next((s for s in _SEVERITY if s in statuses), "ok" if value > 0 else "wrong")
+    return Score(value, status, info)
+
+
+def weighted(
+    components: Mapping[str, float], registry: Mapping[str, RewardFn] | None = None
+) -> RewardFn:
+    """A reward that sums `weight * component` over named components of `registry` (default REWARDS)."""
+    fns, weights = _resolve(components, registry), dict(components)
 
     def combined(problem: Problem, response: str) -> Score:
-        scores = {name: score_safely(fn, problem, response) for name, fn in fns.items()}
-        value = sum(weights[name] * score.value for name, score in scores.items())
-        info: dict[str, float | str] = {name: score.value for name, score in scores.items()}
-        errors = [f"{name}: {s.info['error']}" for name, s in scores.items() if "error" in s.info]
-        if errors:
-            info["error"] = "; ".join(errors)
-        statuses = {score.status for score in scores.values()}
-        status = next((s for s in _SEVERITY if s in statuses), "ok" if value > 0 else "wrong")
-        return Score(value, status, info)
+        return _combine(
+            {name: score_safely(fn, problem, response) for name, fn in fns.items()}, weights
+        )
 
     combined.__doc__ = "Weighted sum of " + ", ".join(f"{w:g}*{n}" for n, w in weights.items())
+    return combined
+
+
+def gated(
+    components: Mapping[str, float], registry: Mapping[str, RewardFn] | None = None
+) -> RewardFn:
+    """Hierarchical reward: components in order (e.g. format, then correctness, then length);
+    each adds `weight * value` only while every earlier one scored its full 1.0 with status ok.
+    Gated-off components are not run and log 0."""
+    fns, weights = _resolve(components, registry), dict(components)
+
+    def combined(problem: Problem, response: str) -> Score:
+        scores, open_gate = {}, True
+        for name, fn in fns.items():
+            scores[name] = score_safely(fn, problem, response) if open_gate else Score(0.0, "wrong")
+            open_gate = open_gate and scores[name].status == "ok" and scores[name].value >= 1.0
+        return _combine(scores, weights)
+
+    combined.__doc__ = "Gated sum of " + " > ".join(f"{w:g}*{n}" for n, w in weights.items())
     return combined

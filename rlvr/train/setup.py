@@ -15,7 +15,7 @@ from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.registry import lookup
-from rlvr.rewards import REWARDS, score_safely, weighted
+from rlvr.rewards import REWARDS, gated, score_safely, weighted
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
@@ -72,7 +72,8 @@ def build_components(cfg: Config) -> Components:
             name: lookup(REWARDS, name, f"task.rewards.{name}", group="rlvr.rewards")
             for name in cfg.task.rewards
         }
-        reward = partial(score_safely, weighted(cfg.task.rewards, registry={**REWARDS, **resolved}))
+        combine = gated if cfg.task.reward_mode == "gated" else weighted
+        reward = partial(score_safely, combine(cfg.task.rewards, registry={**REWARDS, **resolved}))
     else:
         reward = verifier
     advantage = lookup(ADVANTAGES, cfg.algo.advantage, "algo.advantage", group="rlvr.advantages")

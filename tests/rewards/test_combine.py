@@ -39,3 +39,28 @@ def test_every_registered_reward_has_a_one_line_doc():
     assert set(REWARDS) == {"exact", "numeric", "math", "countdown", "format", "ifeval"}
     for fn in REWARDS.values():
         assert fn.__doc__ and "\n" not in fn.__doc__.strip()
+
+
+def test_gated_components_count_only_after_earlier_ones_pass():
+    from rlvr.rewards import gated
+
+    calls = []
+
+    def spy(problem, response):
+        calls.append(response)
+        return Score(0.5, "ok")
+
+    reward = gated({"format": 0.1, "numeric": 1.0, "spy": 0.2}, registry={**REWARDS, "spy": spy})
+    problem = Problem("p", "2+2=", answer="4")
+    right = reward(problem, "work #### 4")
+    assert abs(right.value - (0.1 + 1.0 + 0.1)) < 1e-9 and right.status == "ok"
+    assert right.info == {"format": 1.0, "numeric": 1.0, "spy": 0.5}
+    wrong = reward(problem, "work #### 5")  # format passes, correctness fails: spy is gated off
+    assert abs(wrong.value - 0.1) < 1e-9 and wrong.info == {
+        "format": 1.0,
+        "numeric": 0.0,
+        "spy": 0.0,
+    }
+    unformatted = reward(problem, "4")  # the first gate closes everything after it
+    assert unformatted.value == 0.0 and unformatted.status == "wrong"
+    assert calls == ["work #### 4"]  # gated-off components never run
