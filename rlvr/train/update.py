@@ -93,9 +93,8 @@ def micro_batch_loss(
         kl = aggregate(kl_fn(logprobs, data.ref_logprobs[rows, :width].to(device)), inputs)
         loss = loss + data.kl_coef * kl
         metrics["kl"] = kl.item()
-    mean_entropy = aggregate(entropy, inputs)
     if bonus:
-        loss = loss - algo.entropy_coef * mean_entropy
+        loss = loss - algo.entropy_coef * aggregate(entropy, inputs)
     metrics["entropy"] = float((entropy.detach() * inputs.loss_mask).sum() / max(num_tokens, 1.0))
     metrics["loss"] = loss.item()
     return loss, metrics
