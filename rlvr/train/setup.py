@@ -35,6 +35,7 @@ class Components:
     advantage: AdvantageFn
     loss: Callable
     kl: KLFn | None
+    requires: frozenset[str] = frozenset()  # optional AdvInputs fields the estimator reads
 
 
 def build_task(cfg: Config) -> Task:
@@ -85,7 +86,8 @@ def build_components(cfg: Config) -> Components:
             f"compares completions of the same prompt, so it needs group_size >= {minimum}. "
             f"Fix: rollout.group_size=8 (and keep rollout.batch_size a multiple of it)."
         )
-    missing = set(getattr(advantage, "requires", ())) - PRODUCED_FIELDS
+    requires = frozenset(getattr(advantage, "requires", ()))
+    missing = requires - PRODUCED_FIELDS
     if missing:
         raise ConfigError(
             f"algo.advantage = '{cfg.algo.advantage}' needs {', '.join(sorted(missing))}, which the "
@@ -99,7 +101,7 @@ def build_components(cfg: Config) -> Components:
         if cfg.algo.kl_coef > 0
         else None
     )
-    return Components(task, reward, verifier, advantage, loss, kl)
+    return Components(task, reward, verifier, advantage, loss, kl, requires)
 
 
 def make_runner(cfg: Config, model, tokenizer, components: Components) -> EpisodeRunner:

@@ -111,8 +111,7 @@ class Trainer:
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
-        needs_values = "values" in getattr(self.components.advantage, "requires", ())
-        self.critic = Critic(self.model, cfg) if needs_values else None
+        self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
@@ -261,7 +260,7 @@ class Trainer:
             "sampling/kept_groups": len(kept) // cfg.rollout.group_size,
             "sampling/dropped_groups": dropped,
         }
-        needs_baseline = "baseline_rewards" in getattr(self.components.advantage, "requires", ())
+        needs_baseline = "baseline_rewards" in self.components.requires
         return kept, torch.tensor(baselines) if needs_baseline else None, metrics
 
     def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
@@ -270,7 +269,7 @@ class Trainer:
             trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
         for name, seconds in self.runner.timings.items():
             timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
-        if "baseline_rewards" not in getattr(self.components.advantage, "requires", ()):
+        if "baseline_rewards" not in self.components.requires:
             return trajectories, None
         with timed(timings, "time/baseline_rollout"):
             greedy = replace(self.runner.params, temperature=0.0)
