@@ -85,6 +85,18 @@ class TaskConfig(BaseModel):
         description="How task.rewards combine: 'sum' (weighted sum) or 'gated' (in the order "
         "given, each component counts only once all earlier ones scored 1.0).",
     )
+    reward_params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Settings of rewards that take them, by reward name, e.g. "
+        "{code = {all_or_nothing = true, limits = {wall_seconds = 5}}}; see each reward's keys "
+        "in the README.",
+    )
+    reward_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a reward may take on one response before it scores 0 with status "
+        "'timeout' (a hung reward never stops training).",
+    )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -113,7 +125,14 @@ class RolloutConfig(Section):
     max_batch_size: int = Field(
         256,
         gt=0,
-        description="Most sequences the engine decodes at once; larger calls are split (bounds memory).",
+        description="Most sequences the engine decodes at once; larger calls are split (bounds "
+        "memory), and each part's rewards are computed while the next part generates.",
+    )
+    reward_workers: int = Field(
+        16,
+        gt=0,
+        description="Threads that score responses in parallel (sandboxed code, reward models, "
+        "judges); 1 scores them one by one.",
     )
 
 
@@ -450,9 +469,26 @@ def dump_config(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
 
 
-def config_reference(tasks: dict[str, Any]) -> str:
-    """Markdown table of every key, its default and its description (docs/config.md);
-    `tasks` maps task names to classes whose `Params` fields are the task's own keys."""
+def _param_rows(prefix: str, model: type[BaseModel]) -> list[str]:
+    """Table rows of a Params model; nested models are flattened to dotted keys."""
+    rows = []
+    for name, sub in model.model_fields.items():
+        if isinstance(sub.annotation, type) and issubclass(sub.annotation, BaseModel):
+            rows += _param_rows(f"{prefix}.{name}", sub.annotation)
+            continue
+        default = sub.default_factory() if sub.default_factory else sub.default
+        shown = "required" if sub.is_required() else f"`{json.dumps(default)}`"
+        rows.append(f"| `{prefix}.{name}` | {shown} | {sub.description} |")
+    return rows
+
+
+def _table(title: str, rows: list[str]) -> list[str]:
+    return [title, "", "| key | default | description |", "|---|---|---|", *rows, ""]
+
+
+def config_reference(tasks: dict[str, Any], rewards: dict[str, Any]) -> str:
+    """Markdown table of every key, its default and its description (docs/config.md); the
+    `Params` models of `tasks` and of reward classes in `rewards` add their own keys."""
     lines = [
         "# Config reference",
         "",
@@ -461,37 +497,24 @@ def config_reference(tasks: dict[str, Any]) -> str:
         "",
     ]
     for section, field in Config.model_fields.items():
-        model = field.annotation
-        lines += [
-            f"## `{section}`: {field.description}",
-            "",
-            "| key | default | description |",
-            "|---|---|---|",
-        ]
-        for name, sub in model.model_fields.items():
-            default = sub.default_factory() if sub.default_factory else sub.default
-            lines.append(f"| `{section}.{name}` | `{json.dumps(default)}` | {sub.description} |")
-        lines.append("")
-        if section == "task":
-            for task_name, task_cls in sorted(tasks.items()):
-                lines += [
-                    f'### `task.name = "{task_name}"`: {task_cls.__doc__}',
-                    "",
-                    "| key | default | description |",
-                    "|---|---|---|",
-                ]
-                for name, sub in task_cls.Params.model_fields.items():
-                    default = (
-                        "required"
-                        if sub.is_required()
-                        else f"`{json.dumps(sub.default_factory() if sub.default_factory else sub.default)}`"
-                    )
-                    lines.append(f"| `task.{name}` | {default} | {sub.description} |")
-                lines.append("")
+        lines += _table(
+            f"## `{section}`: {field.description}", _param_rows(section, field.annotation)
+        )
+        if section != "task":
+            continue
+        for name, task_cls in sorted(tasks.items()):
+            title = f'### `task.name = "{name}"`: {task_cls.__doc__}'
+            lines += _table(title, _param_rows("task", task_cls.Params))
+        for name, reward in sorted(rewards.items()):
+            if isinstance(reward, type) and hasattr(reward, "Params"):
+                summary = reward.__doc__.strip().splitlines()[0]
+                title = f"### `task.reward_params.{name}`: {summary}"
+                lines += _table(title, _param_rows(f"task.reward_params.{name}", reward.Params))
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
+    from rlvr.rewards import REWARDS
     from rlvr.tasks import TASKS
 
-    print(config_reference(TASKS))
+    print(config_reference(TASKS, REWARDS))

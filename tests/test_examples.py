@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import config_reference, load_config
+from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.train.setup import build_components
 
@@ -22,4 +23,4 @@ def test_one_example_per_builtin_task():
 
 
 def test_config_reference_is_current():
-    assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(TASKS).strip()
+    assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(TASKS, REWARDS).strip()

@@ -17,3 +17,16 @@ def varied_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tenso
         0, index, rewards, "amax"
     )
     return (high > low)[index]
+
+
+def usable_samples(
+    infra_error: torch.Tensor, group_ids: torch.Tensor, min_group_size: int = 1
+) -> torch.Tensor:
+    """Mask [B] of samples to train on: infrastructure failures (a crashed sandbox, a judge that
+    answered nonsense) are not the policy's fault, so they leave their group instead of scoring
+    as wrong; a group left with fewer than `min_group_size` samples is dropped whole."""
+    ok = ~infra_error
+    _, index = torch.unique(group_ids, return_inverse=True)
+    groups = int(index.max()) + 1 if len(index) else 0
+    remaining = torch.zeros(groups, dtype=torch.long).index_add_(0, index, ok.long())
+    return ok & (remaining[index] >= min_group_size)

@@ -13,17 +13,20 @@ from transformers import (
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+POLICY_KEY = "model.name"
 
 
 class ModelNotFoundError(RuntimeError):
     """The model id or directory could not be loaded; the message says why and how to fix it."""
 
 
-def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    name: str, trust_remote_code: bool = False, key: str = POLICY_KEY
+) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
-        raise ModelNotFoundError(_explain(name, e)) from e
+        raise ModelNotFoundError(explain_load_error(name, e, key)) from e
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
             f"the tokenizer of {name!r} has no chat template; fix: use an instruct/chat model, "
@@ -36,33 +39,37 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> PreTrainedToke
 
 
 def load_model(
-    name: str, dtype: str = "float32", trust_remote_code: bool = False
+    name: str, dtype: str = "float32", trust_remote_code: bool = False, key: str = POLICY_KEY
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer; raise ModelNotFoundError with a fix when it is missing."""
-    tokenizer = load_tokenizer(name, trust_remote_code)
+    """Load a causal LM and its tokenizer; raise ModelNotFoundError with a fix when it is missing.
+
+    `key` is the config setting that named the model, so the fix can say what to change."""
+    tokenizer = load_tokenizer(name, trust_remote_code, key)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             name, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as e:
-        raise ModelNotFoundError(_explain(name, e)) from e
+        raise ModelNotFoundError(explain_load_error(name, e, key)) from e
     return model, tokenizer
 
 
-def _explain(name: str, error: Exception) -> str:
+def explain_load_error(name: str, error: Exception, key: str = POLICY_KEY) -> str:
+    """Why the model `name` (from config setting `key`) did not load, and how to fix it."""
+    # Only the policy has an embedded model to fall back on.
+    tiny = key == POLICY_KEY
     if Path(name).exists():
         return (
-            f"could not load a model from directory {name!r}: {error}. Fix: point model.name at a "
+            f"could not load a model from directory {name!r}: {error}. Fix: point {key} at a "
             "directory written by `save_pretrained` (config.json, weights, tokenizer files)."
         )
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local:
-        return (
-            f"model directory {name!r} does not exist. Fix: check the path, or use model.name=tiny."
-        )
+        fallback = f", or use {key}=tiny" if tiny else ""
+        return f"model directory {name!r} does not exist. Fix: check the path in {key}{fallback}."
+    fallback = f"; or use {key}=tiny for the embedded model" if tiny else ""
     return (
         f"could not load {name!r} from the Hugging Face hub or the local cache ({error}). "
         "Fix: check the id for typos; when offline, download it first on a connected machine "
-        f"(`hf download {name}`) and set HF_HUB_OFFLINE=1, or pass a local directory; "
-        "or use model.name=tiny for the embedded model."
+        f"(`hf download {name}`) and set HF_HUB_OFFLINE=1, or pass a local directory{fallback}."
     )

@@ -2,12 +2,17 @@
 
 from rlvr.rewards.answers import extract_answer
 from rlvr.rewards.base import RewardFn, score_safely
+from rlvr.rewards.code import CodeTests
 from rlvr.rewards.combine import gated, weighted
 from rlvr.rewards.countdown import countdown_check
 from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
+from rlvr.rewards.judge import HFJudge
 from rlvr.rewards.match import exact_match, numeric_match
 from rlvr.rewards.math import math_equal
+from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
+from rlvr.rewards.reasoning_gym import reasoning_gym_score
+from rlvr.rewards.reward_model import RewardModel
 
 __all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "weighted"]
 
@@ -18,4 +23,10 @@ REWARDS: dict[str, RewardFn] = {
     "countdown": countdown_check,
     "format": format_reward,
     "ifeval": ifeval,
+    "code": CodeTests,
+    "length": LengthPenalty,
+    "repetition": RepetitionPenalty,
+    "reward_model": RewardModel,
+    "judge": HFJudge,
+    "reasoning_gym": reasoning_gym_score,
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,26 @@ def _is_finite_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
-def score_safely(fn: RewardFn, problem: Problem, response: str) -> Score:
-    """Call a reward so that nothing it does (raise, return junk) can stop training."""
+def score_safely(
+    fn: RewardFn, problem: Problem, response: str, timeout: float | None = None
+) -> Score:
+    """Call a reward so that nothing it does (raise, return junk, hang past `timeout` seconds)
+    can stop training."""
+    if timeout is None:
+        return _checked(fn, problem, response)
+    result: list[Score] = []
+    # A daemon thread, because a hung reward cannot be interrupted, only abandoned.
+    worker = threading.Thread(
+        target=lambda: result.append(_checked(fn, problem, response)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout)
+    if not result:
+        return Score(0.0, "timeout", {"error": f"reward did not return within {timeout:g} s"})
+    return result[0]
+
+
+def _checked(fn: RewardFn, problem: Problem, response: str) -> Score:
     try:
         result = fn(problem, response)
     except Exception as e:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.envs.base import Env
-from rlvr.rollout.engine import Engine, SamplingParams, sample_seed
-from rlvr.types import Message, Problem, Trajectory
+from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
+from rlvr.types import Message, Problem, StepResult, Trajectory
 
 
 def render(
@@ -66,7 +67,10 @@ class Episode:
 
 
 class EpisodeRunner:
-    """Runs every episode turn by turn in lock-step batches: one engine call per turn."""
+    """Runs every episode turn by turn in lock-step batches. Each turn generates in chunks of
+    `chunk_size` episodes (None: one engine call) and steps the envs of a chunk on `workers`
+    threads while the next chunk generates, so slow rewards (sandboxed code, reward models)
+    overlap with generation."""
 
     def __init__(
         self,
@@ -75,10 +79,14 @@ class EpisodeRunner:
         make_env: Callable[[], Env],
         params: SamplingParams,
         max_turns: int = 1,
+        chunk_size: int | None = None,
+        workers: int = 1,
     ):
         self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
-        self.params, self.max_turns = params, max_turns
-        self.timings: dict[str, float] = {}  # seconds in the engine and in env steps, last collect
+        self.params, self.max_turns, self.chunk_size = params, max_turns, chunk_size
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="env-step")
+        # seconds in the engine, and waiting for env steps after generation ended; last collect
+        self.timings: dict[str, float] = {}
 
     def collect(
         self,
@@ -102,28 +110,39 @@ class EpisodeRunner:
             active = [e for e in episodes if not e.done]
             if not active:
                 break
-            seeds = [sample_seed(*seed, e.sample_index, turn) for e in active]
-            start = time.perf_counter()
-            completions = self.engine.generate([e.token_ids for e in active], params, seeds)
-            self.timings["generate"] += time.perf_counter() - start
-            for episode, completion in zip(active, completions):
-                episode.token_ids = episode.token_ids + completion.token_ids
-                episode.loss_mask = episode.loss_mask + [1] * len(completion.token_ids)
-                episode.logprobs = episode.logprobs + completion.logprobs
-                episode.turn_ends.append(len(episode.token_ids))
-                episode.texts.append(completion.text)
-                episode.finish_reason = completion.finish_reason
+            steps = []
+            size = self.chunk_size or len(active)
+            for chunk in (active[i : i + size] for i in range(0, len(active), size)):
+                seeds = [sample_seed(*seed, e.sample_index, turn) for e in chunk]
                 start = time.perf_counter()
-                result = episode.env.step(completion.text)
-                self.timings["env"] += time.perf_counter() - start
-                episode.rewards.append(float(result.reward))
-                episode.info.update(result.info)
-                episode.done = result.done or turn == self.max_turns - 1
-                if not episode.done:
-                    self._append_observation(
-                        episode, completion.token_ids, result.observation or ""
+                completions = self.engine.generate([e.token_ids for e in chunk], params, seeds)
+                self.timings["generate"] += time.perf_counter() - start
+                for episode, completion in zip(chunk, completions):
+                    steps.append(
+                        (episode, completion, self.pool.submit(episode.env.step, completion.text))
                     )
+            start = time.perf_counter()
+            for episode, completion, step in steps:
+                self._record(
+                    episode, completion, step.result(), last_turn=turn == self.max_turns - 1
+                )
+            self.timings["env"] += time.perf_counter() - start
         return [e.to_trajectory() for e in episodes]
+
+    def _record(
+        self, episode: Episode, completion: Completion, result: StepResult, last_turn: bool
+    ) -> None:
+        episode.token_ids = episode.token_ids + completion.token_ids
+        episode.loss_mask = episode.loss_mask + [1] * len(completion.token_ids)
+        episode.logprobs = episode.logprobs + completion.logprobs
+        episode.turn_ends.append(len(episode.token_ids))
+        episode.texts.append(completion.text)
+        episode.finish_reason = completion.finish_reason
+        episode.rewards.append(float(result.reward))
+        episode.info.update(result.info)
+        episode.done = result.done or last_turn
+        if not episode.done:
+            self._append_observation(episode, completion.token_ids, result.observation or "")
 
     def _append_observation(self, episode: Episode, reply_ids: list[int], observation: str) -> None:
         """Observation tokens are whatever the template adds after the policy's own tokens (closing

@@ -27,9 +27,18 @@ class JsonlParams(BaseModel):
     prompt_field: str = Field(
         "prompt", description="Field holding the prompt: a string or chat messages."
     )
-    answer_field: str = Field("answer", description="Field holding the reference answer.")
+    answer_field: str | None = Field(
+        "answer",
+        description="Field holding the reference answer; null for verifiers that need none "
+        "(code, ifeval).",
+    )
     solution_field: str | None = Field(
         None, description="Field holding a worked solution, used as the demonstration."
+    )
+    metadata_fields: list[str] = Field(
+        default_factory=list,
+        description="Fields copied into the problem's metadata for its verifier, e.g. "
+        "['tests'] for the code reward or ['constraints'] for ifeval.",
     )
     id_field: str | None = Field(
         None, description="Field holding a row id; else '<file stem>-<line>'."
@@ -70,13 +79,19 @@ def _row_problem(row: Any, where: str, file: Path, number: int, params: JsonlPar
             f"{where}: field '{params.prompt_field}' must be a string "
             'or a list of {"role": ..., "content": ...} messages'
         )
-    answer = _field(row, params.answer_field, where, "answer_field", "the reference answer")
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-        raise ValueError(
-            f"{where}: field '{params.answer_field}' must be a string or a number, "
-            f"got {type(answer).__name__}"
-        )
-    metadata = {}
+    answer = None
+    if params.answer_field:
+        answer = _field(row, params.answer_field, where, "answer_field", "the reference answer")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+            raise ValueError(
+                f"{where}: field '{params.answer_field}' must be a string or a number, "
+                f"got {type(answer).__name__}"
+            )
+        answer = str(answer)
+    metadata = {
+        name: _field(row, name, where, "metadata_fields", f"the '{name}' the verifier reads")
+        for name in params.metadata_fields
+    }
     if params.solution_field:
         solution = _field(row, params.solution_field, where, "solution_field", "a worked solution")
         metadata["solution"] = str(solution)
@@ -84,7 +99,7 @@ def _row_problem(row: Any, where: str, file: Path, number: int, params: JsonlPar
     if params.id_field:
         row_id = str(_field(row, params.id_field, where, "id_field", "the row id"))
     return Problem(
-        id=row_id, prompt=prompt, answer=str(answer), domain=file.stem, metadata=metadata
+        id=row_id, prompt=prompt, answer=answer, domain=file.stem, metadata=metadata
     )
 
 
@@ -158,4 +173,11 @@ class JsonlTask:
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         # A file holds no systematic mistake to imitate, so flawed demonstrations are correct ones.
-        return problem.metadata.get("solution") or f"#### {problem.answer}"
+        if "solution" in problem.metadata:
+            return problem.metadata["solution"]
+        if problem.answer is None:
+            raise ValueError(
+                f"problem {problem.id} has neither a solution nor an answer to warm-start the tiny "
+                "model on; set task.solution_field (or task.answer_field)"
+            )
+        return f"#### {problem.answer}"

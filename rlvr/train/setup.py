@@ -5,17 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
 from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import lookup
 from rlvr.rewards import REWARDS, gated, score_safely, weighted
+from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
@@ -36,45 +39,80 @@ class Components:
     loss: Callable
     kl: KLFn | None
     requires: frozenset[str] = frozenset()  # optional AdvInputs fields the estimator reads
+    min_group_size: int = 1  # smallest group the estimator can compare within
+
+
+def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_known=()) -> Any:
+    """`model(**settings)`, or a ConfigError naming each bad key under `prefix` and the fix."""
+    try:
+        return model.model_validate(settings)
+    except ValidationError as e:
+        known = [f"{prefix}.{k}" for k in [*model.model_fields, *extra_known]]
+        lines = []
+        for err in e.errors():
+            key = ".".join([prefix, *map(str, err["loc"])])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"unknown key '{key}'.{suggest(key, known)}")
+            else:
+                lines.append(f"{key} = {_nested(settings, err['loc'])!r}: {err['msg']}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _nested(settings: Any, loc: tuple) -> Any:
+    for part in loc:
+        settings = settings.get(part) if isinstance(settings, dict) else None
+    return settings
 
 
 def build_task(cfg: Config) -> Task:
     task_cls = lookup(TASKS, cfg.task.name, "task.name", group="rlvr.tasks")
-    try:
-        params = task_cls.Params.model_validate(cfg.task.params)
-    except ValidationError as e:
-        lines = []
-        known = [
-            f"task.{k}"
-            for k in list(task_cls.Params.model_fields) + list(type(cfg.task).model_fields)
-        ]
-        for err in e.errors():
-            key = "task." + ".".join(str(p) for p in err["loc"])
-            if err["type"] == "extra_forbidden":
-                lines.append(
-                    f"unknown key '{key}' for task '{cfg.task.name}'.{suggest(key, known)}"
-                )
-            else:
-                value = cfg.task.params.get(str(err["loc"][0])) if err["loc"] else None
-                lines.append(f"{key} = {value!r}: {err['msg']}")
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+    params = validate_params(
+        task_cls.Params, cfg.task.params, "task", extra_known=type(cfg.task).model_fields
+    )
     try:
         return task_cls(params, seed=cfg.train.seed, eval_size=cfg.task.eval_size)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"task '{cfg.task.name}': {e}") from None
 
 
+def build_rewards(cfg: Config, verifier: str) -> dict[str, RewardFn]:
+    """The task's verifier and each task.rewards component by name; a reward class is built from
+    its `task.reward_params` entry (where a code sandbox checks its isolation, so a run without
+    one never starts)."""
+    where = {verifier: "task verifier", **{n: f"task.rewards.{n}" for n in cfg.task.rewards}}
+    names, settings = list(where), cfg.task.reward_params
+    for name in settings:
+        if name not in names:
+            raise ConfigError(
+                f"task.reward_params.{name}: '{name}' is not a reward of this run (the task's "
+                f"verifier or a key of task.rewards: {', '.join(names)}). Fix: remove it."
+            )
+    rewards = {}
+    for name in names:
+        entry = lookup(REWARDS, name, where[name], group="rlvr.rewards")
+        if not isinstance(entry, type):
+            if name in settings:
+                raise ConfigError(
+                    f"task.reward_params.{name}: reward '{name}' takes no settings. Fix: remove it."
+                )
+            rewards[name] = entry
+            continue
+        params = validate_params(entry.Params, settings.get(name, {}), f"task.reward_params.{name}")
+        try:
+            rewards[name] = entry(params)
+        except (SandboxUnavailableError, ModelNotFoundError, ValueError, OSError) as e:
+            raise ConfigError(f"reward '{name}' cannot start: {e}") from None
+    return rewards
+
+
 def build_components(cfg: Config) -> Components:
     task = build_task(cfg)
-    verifier_fn = lookup(REWARDS, task.verifier, "task verifier", group="rlvr.rewards")
-    verifier = partial(score_safely, verifier_fn)
+    rewards = build_rewards(cfg, task.verifier)
+    timeout = cfg.task.reward_timeout
+    verifier = partial(score_safely, rewards[task.verifier], timeout=timeout)
     if cfg.task.rewards:
-        resolved = {
-            name: lookup(REWARDS, name, f"task.rewards.{name}", group="rlvr.rewards")
-            for name in cfg.task.rewards
-        }
         combine = gated if cfg.task.reward_mode == "gated" else weighted
-        reward = partial(score_safely, combine(cfg.task.rewards, registry={**REWARDS, **resolved}))
+        reward = partial(score_safely, combine(cfg.task.rewards, rewards), timeout=timeout)
     else:
         reward = verifier
     advantage = lookup(ADVANTAGES, cfg.algo.advantage, "algo.advantage", group="rlvr.advantages")
@@ -101,7 +139,7 @@ def build_components(cfg: Config) -> Components:
         if cfg.algo.kl_coef > 0
         else None
     )
-    return Components(task, reward, verifier, advantage, loss, kl, requires)
+    return Components(task, reward, verifier, advantage, loss, kl, requires, minimum)
 
 
 def make_runner(cfg: Config, model, tokenizer, components: Components) -> EpisodeRunner:
@@ -112,6 +150,8 @@ def make_runner(cfg: Config, model, tokenizer, components: Components) -> Episod
         tokenizer,
         lambda: SingleTurnEnv(components.reward, components.verifier),
         SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop)),
+        chunk_size=r.max_batch_size,
+        workers=r.reward_workers,
     )
 
 

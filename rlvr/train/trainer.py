@@ -22,12 +22,13 @@ from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_
 import rlvr
 from rlvr.algos.advantages import AdvInputs
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
-from rlvr.algos.filters import varied_groups
+from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model
+from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
 from rlvr.train.critic import Critic
 from rlvr.train.display import Display
@@ -112,6 +113,7 @@ class Trainer:
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
+        self.canary = HackingMonitor()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
@@ -140,6 +142,7 @@ class Trainer:
                 f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
             )
         self.update_rng.set_state(state.pop("update_rng"))
+        self.canary.load_state_dict(state.pop("canary"))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
@@ -150,7 +153,9 @@ class Trainer:
 
     def save(self) -> None:
         # The reference is not saved: it is the starting model, rebuilt from model.name.
-        state = dict(self.state, update_rng=self.update_rng.get_state())
+        state = dict(
+            self.state, update_rng=self.update_rng.get_state(), canary=self.canary.state_dict()
+        )
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         save_checkpoint(
@@ -177,6 +182,11 @@ class Trainer:
         """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
         cfg, timings = self.cfg, {}
         trajectories, baselines, sampling = self.rollout(timings)
+        if not trajectories:  # every sample hit an infrastructure error: nothing to learn from
+            self.display.message(
+                f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
+            )
+            return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
         penalties = overlong_penalty(
             torch.tensor([t.num_generated for t in trajectories]), cfg.rollout.max_new_tokens,
             cfg.algo.overlong_window, cfg.algo.overlong_factor,
@@ -204,6 +214,7 @@ class Trainer:
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
+        metrics.update(self.canary.observe_step(trajectories))
         if "kl" in metrics:
             self.state["kl_coef"] = self.kl_coef.update(metrics["kl"], len(batch))
             metrics["kl_coef"] = data.kl_coef
@@ -226,6 +237,7 @@ class Trainer:
         kept: list[Trajectory] = []
         baselines: list[float] = []
         sampled = rounds = dropped = 0
+        counts = {"sampling/infra_excluded": 0}
         while len(kept) < wanted * cfg.rollout.group_size and rounds <= algo.max_sampling_rounds:
             problems = [
                 self.components.task.train_problem(self.state["cursor"] + i) for i in range(wanted)
@@ -236,6 +248,7 @@ class Trainer:
                 (rounds,) if rounds else ()
             )
             trajectories, greedy = self.collect_round(problems, seed, timings)
+            trajectories, greedy = self.exclude_infra_errors(trajectories, greedy, counts)
             sampled += len(problems)
             if not algo.dynamic_sampling:
                 kept, baselines = trajectories, greedy or []
@@ -244,7 +257,7 @@ class Trainer:
             keep = varied_groups(rewards, torch.tensor([t.group_id for t in trajectories]))
             kept_ids = sorted({t.group_id for t, k in zip(trajectories, keep.tolist()) if k})
             dropped += len(problems) - len(kept_ids)
-            offset = len(kept) // cfg.rollout.group_size  # group ids stay unique across rounds
+            offset = max((t.group_id for t in kept), default=-1) + 1  # ids unique across rounds
             renumber = {g: offset + i for i, g in enumerate(kept_ids)}
             for t, b, k in zip(trajectories, greedy or [0.0] * len(trajectories), keep.tolist()):
                 if k:
@@ -256,12 +269,26 @@ class Trainer:
             kept, baselines = trajectories, greedy or []
         kept, baselines = kept[: wanted * cfg.rollout.group_size], baselines[: len(kept)]
         metrics = {
+            **counts,
             "sampling/prompts": sampled,
             "sampling/kept_groups": len(kept) // cfg.rollout.group_size,
             "sampling/dropped_groups": dropped,
         }
         needs_baseline = "baseline_rewards" in self.components.requires
         return kept, torch.tensor(baselines) if needs_baseline else None, metrics
+
+    def exclude_infra_errors(
+        self, trajectories: list[Trajectory], greedy: list[float] | None, counts: dict
+    ) -> tuple[list[Trajectory], list[float] | None]:
+        """Drop samples whose reward failed for infrastructure reasons (and groups left too small)."""
+        keep = usable_samples(
+            torch.tensor([t.status == "infra_error" for t in trajectories]),
+            torch.tensor([t.group_id for t in trajectories]),
+            self.components.min_group_size,
+        ).tolist()
+        counts["sampling/infra_excluded"] += keep.count(False)
+        kept = [t for t, k in zip(trajectories, keep) if k]
+        return kept, None if greedy is None else [b for b, k in zip(greedy, keep) if k]
 
     def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
         cfg = self.cfg
@@ -327,6 +354,7 @@ class Trainer:
         started = time.perf_counter() - self.state["elapsed"]
         if self.state["base_eval"] is None:
             self.state["base_eval"] = self.evaluate()
+            self.canary.observe_eval(self.state["base_eval"]["eval/accuracy"])
             run_dir.log({"step": 0, **self.state["base_eval"]})
             self.display.message(
                 f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
@@ -341,6 +369,9 @@ class Trainer:
                     self.on_bad_step()
                 if self.due(cfg.train.eval_every):
                     metrics.update(self.evaluate())
+                    self.canary.observe_eval(metrics["eval/accuracy"])
+                for warning in self.canary.new_warnings(metrics):
+                    self.display.message(f"[yellow]step {self.state['step']}: {warning}")
                 self.state["elapsed"] = time.perf_counter() - started
                 run_dir.log({"step": self.state["step"], **metrics})
                 bar.update(self.state["step"], metrics)

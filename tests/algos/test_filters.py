@@ -1,6 +1,6 @@
 import torch
 
-from rlvr.algos.filters import varied_groups
+from rlvr.algos.filters import usable_samples, varied_groups
 
 
 def test_varied_groups_keeps_only_groups_with_different_rewards():
@@ -20,3 +20,12 @@ def test_varied_groups_keeps_only_groups_with_different_rewards():
 
 def test_varied_groups_on_an_empty_batch():
     assert varied_groups(torch.tensor([]), torch.tensor([], dtype=torch.long)).tolist() == []
+
+
+def test_usable_samples_drop_infra_errors_and_groups_left_too_small():
+    group_ids = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    infra = torch.tensor([False, True, False, True, False, False, False])
+    assert usable_samples(infra, group_ids).tolist() == [1, 0, 1, 0, 1, 1, 1]
+    # group 1 keeps one sample, fewer than 2: dropped whole
+    assert usable_samples(infra, group_ids, 2).tolist() == [1, 0, 1, 0, 0, 1, 1]
+    assert usable_samples(torch.ones(3, dtype=torch.bool), torch.tensor([0, 0, 1])).sum() == 0

@@ -1,4 +1,5 @@
 import math
+import threading
 
 import pytest
 
@@ -42,3 +43,18 @@ def test_plain_numbers_are_wrapped(plain, expected):
 def test_a_good_score_passes_through():
     good = Score(0.5, "timeout", {"why": "slow"})
     assert call(good) == good
+
+
+def test_a_hung_reward_times_out_and_a_quick_one_does_not():
+    release = threading.Event()
+
+    def hangs(problem, response):
+        release.wait()
+        return 1.0
+
+    try:
+        assert score_safely(hangs, PROBLEM, "x", timeout=0.2).status == "timeout"
+    finally:
+        release.set()  # let the abandoned thread finish
+    assert score_safely(lambda p, r: 1.0, PROBLEM, "x", timeout=5.0) == Score(1.0, "ok")
+    assert score_safely(lambda p, r: 1 / 0, PROBLEM, "x", timeout=5.0).status == "crash"

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from rlvr.tasks import TASKS
-from rlvr.tasks.jsonl import JsonlParams, JsonlTask
+from rlvr.tasks.jsonl import JsonlParams, JsonlTask, load_problems
 
 
 def write(path, rows):
@@ -118,3 +118,21 @@ def test_params_are_validated(tmp_path):
     with pytest.raises(ValidationError):
         JsonlParams(path="x.jsonl", prompt_feild="q")
     assert all(f.description for f in JsonlParams.model_fields.values())
+
+
+def test_metadata_fields_reach_the_verifier_and_answer_may_be_absent(tmp_path):
+    rows = [
+        {"prompt": "Write add(a, b).", "tests": ["assert add(1, 2) == 3"], "solution": "def add"},
+        {"prompt": "Write sub(a, b).", "tests": ["assert sub(3, 1) == 2"], "solution": "def sub"},
+    ]
+    path = tmp_path / "code.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    params = JsonlParams(
+        path=str(path), answer_field=None, metadata_fields=["tests"], solution_field="solution"
+    )
+    problems = load_problems(str(path), params)
+    assert [p.metadata["tests"] for p in problems] == [r["tests"] for r in rows]
+    assert all(p.answer is None for p in problems)
+    missing = JsonlParams(path=str(path), answer_field=None, metadata_fields=["constraints"])
+    with pytest.raises(ValueError, match="line 1: missing field 'constraints'"):
+        load_problems(str(path), missing)

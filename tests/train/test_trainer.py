@@ -112,6 +112,27 @@ def test_a_reward_that_raises_does_not_stop_training(fast_overrides, monkeypatch
     assert sum(r["status/crash"] for r in records) > 0
 
 
+def test_infra_errors_leave_their_group_and_an_all_infra_step_does_not_update(
+    fast_overrides, monkeypatch
+):
+    def judge_down(problem, response):  # odd-length replies lose their judge
+        return Score(0.0, "infra_error") if len(response) % 2 else Score(1.0, "ok")
+
+    monkeypatch.setitem(REWARDS, "judge_down", judge_down)
+    trainer = Trainer(load_config(None, fast_overrides + ["task.rewards={judge_down: 1.0}"]))
+    trajectories, _, metrics = trainer.rollout({})
+    assert metrics["sampling/infra_excluded"] > 0
+    assert len(trajectories) == 16 - metrics["sampling/infra_excluded"]
+    assert all(t.status != "infra_error" and len(t.response_text) % 2 == 0 for t in trajectories)
+
+    monkeypatch.setitem(REWARDS, "judge_down", lambda problem, response: Score(0.0, "infra_error"))
+    trainer = Trainer(load_config(None, fast_overrides + ["task.rewards={judge_down: 1.0}"]))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.step()
+    assert metrics["sampling/infra_excluded"] == 16 and metrics["skipped_updates"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
 def test_non_finite_losses_skip_then_abort(fast_overrides, monkeypatch):
     def nan_loss(inputs, algo):
         return LossOutput((inputs.logprobs * float("nan")).sum())

@@ -1,0 +1,85 @@
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+from rlvr.rewards.penalties import LengthPenalty
+from rlvr.train.setup import build_components
+from rlvr.types import Problem
+
+
+def components(*overrides):
+    return build_components(load_config(None, list(overrides)))
+
+
+def test_reward_settings_reach_the_reward_and_its_weight_applies():
+    built = components(
+        "task.rewards={numeric: 1.0, length: 0.5}",
+        "task.reward_params.length={target_chars: 1, max_chars: 2}",
+    )
+    problem = Problem(id="p", prompt="2+3=", answer="5")
+    score = built.reward(problem, "#### 5")  # correct, and 6 characters: full length penalty
+    assert score.value == pytest.approx(1.0 - 0.5)
+    assert score.info == {"numeric": 1.0, "length": -1.0}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["task.reward_params.length={target_chars: 5}"], r"'length' is not a reward of this run"),
+        (
+            ["task.rewards={numeric: 1.0}", "task.reward_params.numeric={tolerance: 0.1}"],
+            r"reward 'numeric' takes no settings",
+        ),
+        (
+            ["task.rewards={length: 1.0}", "task.reward_params.length={target_charz: 5}"],
+            r"task\.reward_params\.length\.target_charz.*Did you mean "
+            r"'task\.reward_params\.length\.target_chars'",
+        ),
+        (
+            ["task.rewards={length: 1.0}", "task.reward_params.length={max_chars: -3}"],
+            r"task\.reward_params\.length\.max_chars = -3",
+        ),
+    ],
+)
+def test_reward_settings_mistakes_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        components(*overrides)
+
+
+def test_penalty_defaults_apply_without_settings():
+    built = components("task.rewards={numeric: 1.0, length: 1.0}")
+    assert built.reward(Problem(id="p", prompt="?", answer="5"), "#### 5").value == 1.0
+    assert LengthPenalty.Params().target_chars > len("#### 5")
+
+
+def test_a_run_with_code_rewards_refuses_to_start_without_isolation(tmp_path):
+    """With user namespaces forbidden (the sysctl set to 0 inside a user namespace), the code
+    reward's sandbox cannot isolate, and `rlvr train` stops before any work."""
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux unshare is not installed")
+    data = tmp_path / "code.jsonl"
+    rows = [
+        {"prompt": f"Write add{i}(a, b).", "tests": [f"assert add{i}(1, 2) == 3"], "solution": "x"}
+        for i in range(10)
+    ]
+    data.write_text("\n".join(map(json.dumps, rows)))
+    script = (
+        "from rlvr.cli import main; import sys; sys.exit(main(["
+        f"'train', 'task.name=jsonl', 'task.path={data}', 'task.verifier=code', "
+        "'task.answer_field=null', 'task.metadata_fields=[tests]', 'task.eval_size=1', "
+        f"'log.run_dir={tmp_path / 'runs'}']))"
+    )
+    command = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c \"{script}\""
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", command],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    if "unshare failed" in result.stderr:
+        pytest.skip(f"this machine allows no user namespaces at all: {result.stderr.strip()}")
+    assert result.returncode != 0
+    assert "cannot isolate programs" in result.stderr and "Fix:" in result.stderr
+    assert not (tmp_path / "runs").exists()
