@@ -1,3 +1,5 @@
+import threading
+
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.runner import encode_prompt
@@ -76,3 +78,35 @@ def test_multi_turn_tokens_equal_the_rendered_conversation(tiny_model, tokenizer
     expected = tokenizer(rendered, add_special_tokens=False)["input_ids"]
     ends_with_eos = spans[1][-1] == tokenizer.eos_token_id
     assert t.token_ids == (expected if ends_with_eos else expected[:-1])
+
+
+def test_chunks_sample_the_same_tokens_and_score_while_the_next_chunk_generates(
+    tiny_model, tokenizer
+):
+    second_chunk_started = threading.Event()
+    calls = []
+
+    class WatchedEngine(HFEngine):
+        def generate(self, prompts, params, seeds=None):
+            calls.append(len(prompts))
+            if len(calls) == 2:
+                second_chunk_started.set()
+            return super().generate(prompts, params, seeds)
+
+    overlapped = []
+
+    def reward(problem, response):
+        # A runner that scored a chunk before generating the next would wait here in vain.
+        overlapped.append(second_chunk_started.wait(timeout=5))
+        return Score(1.0, "ok")
+
+    problems = [Problem("a", "1+1="), Problem("b", "2+2=")]
+    chunked = EpisodeRunner(
+        WatchedEngine(tiny_model, tokenizer), tokenizer,
+        lambda: SingleTurnEnv(reward, reward), SamplingParams(12, 1.0),
+        chunk_size=2, workers=4,
+    )  # fmt: skip
+    chunked_out = chunked.collect(problems, 2, seed=(0, 0, 1))
+    assert calls == [2, 2] and overlapped == [True] * 4
+    whole = make_runner(tiny_model, tokenizer).collect(problems, 2, seed=(0, 0, 1))
+    assert [t.token_ids for t in chunked_out] == [t.token_ids for t in whole]
