@@ -8,7 +8,7 @@ from rlvr.rewards.countdown import countdown_check
 from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.judge import HFJudge
-from rlvr.rewards.match import exact_match, numeric_match
+from rlvr.rewards.match import NumericMatch, exact_match
 from rlvr.rewards.math import math_equal
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
 from rlvr.rewards.reasoning_gym import reasoning_gym_score
@@ -18,7 +18,7 @@ __all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "we
 
 REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,
-    "numeric": numeric_match,
+    "numeric": NumericMatch,
     "math": math_equal,
     "countdown": countdown_check,
     "format": format_reward,

@@ -10,6 +10,23 @@ _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER = re.compile(r"(?:(?<![\w)])[-+])?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 
 
+# "12 dollars", "5 cm", "1,234 apples": a number followed by up to three plain words.
+_NUMBER_WITH_UNITS = re.compile(
+    r"(\$?[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?%?)\s+((?:[a-zA-Z]{2,}\.?\s*){1,3})"
+)
+# Words that are mathematics, not units: "3 pi" is not 3.
+_MATH_WORDS = {"pi", "sqrt", "ln", "log", "sin", "cos", "tan", "exp", "inf", "infinity", "and"}
+
+
+def strip_units(text: str) -> str:
+    """The number alone when `text` is a number followed by unit words, else `text` unchanged."""
+    match = _NUMBER_WITH_UNITS.fullmatch(text.strip())
+    if match is None:
+        return text
+    words = {w.strip(".").lower() for w in match.group(2).split()}
+    return text if words & _MATH_WORDS else match.group(1)
+
+
 def _last_boxed(text: str) -> tuple[str, int] | None:
     start = text.rfind("\\boxed{")
     while start != -1:

@@ -13,6 +13,11 @@ from rlvr.types import STATUSES, Problem, Score
 RewardFn = Callable[[Problem, str], Score]
 
 
+def as_reward_fn(entry: Any) -> RewardFn:
+    """A registry entry as a callable reward: a reward class is built with its default settings."""
+    return entry(entry.Params()) if isinstance(entry, type) else entry
+
+
 def _crash(error: str) -> Score:
     return Score(0.0, "crash", {"error": error})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 
-from rlvr.rewards.base import RewardFn, score_safely
+from rlvr.rewards.base import RewardFn, as_reward_fn, score_safely
 from rlvr.types import Problem, Score
 
 # When components disagree, the status that says most about what went wrong wins.
@@ -27,7 +27,7 @@ def _resolve(
             close = difflib.get_close_matches(name, list(registry), n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
             raise KeyError(f"unknown reward {name!r}.{hint} Known: {', '.join(sorted(registry))}")
-    return {name: registry[name] for name in components}
+    return {name: as_reward_fn(registry[name]) for name in components}
 
 
 def _combine(scores: dict[str, Score], weights: Mapping[str, float]) -> Score:

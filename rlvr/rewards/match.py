@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from rlvr.rewards.answers import extract_answer
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.rewards.answers import extract_answer, strip_units
 from rlvr.types import Problem, Score
 
 
@@ -15,7 +17,7 @@ def normalize(text: str) -> str:
 
 # No exponents: Fraction("1e999999999") would try to build that integer.
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
-_TOLERANCE = Fraction(1, 10**6)
+DEFAULT_TOLERANCE = 1e-6
 
 
 def parse_number(text: str) -> Fraction | None:
@@ -29,9 +31,10 @@ def parse_number(text: str) -> Fraction | None:
         return None
 
 
-def numbers_equal(a: Fraction, b: Fraction) -> bool:
+def numbers_equal(a: Fraction, b: Fraction, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+    """Equal within `tolerance`, relative to the larger magnitude (absolute below 1)."""
     # Exact arithmetic: floats would overflow on a model's 400-digit "answer".
-    return abs(a - b) <= _TOLERANCE * max(abs(a), abs(b), 1)
+    return abs(a - b) <= Fraction(tolerance) * max(abs(a), abs(b), 1)
 
 
 def _reference(problem: Problem) -> str:
@@ -50,15 +53,35 @@ def exact_match(problem: Problem, response: str) -> Score:
     return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})
 
 
-def numeric_match(problem: Problem, response: str) -> Score:
-    """Final answer equals the reference as a number ('1,234', '3/4', '-2.5'; tolerance 1e-6)."""
-    reference = parse_number(_reference(problem))
+def numeric_match(problem: Problem, response: str, tolerance: float = DEFAULT_TOLERANCE) -> Score:
+    """Final answer equals the reference as a number ('1,234', '3/4', '-2.5', '12 dollars')."""
+    reference = parse_number(strip_units(_reference(problem)))
     if reference is None:
         raise ValueError(f"problem {problem.id}: reference {problem.answer!r} is not a number")
     predicted = extract_answer(response)
-    value = None if predicted is None else parse_number(predicted)
+    value = None if predicted is None else parse_number(strip_units(predicted))
     if value is None:
         return Score(0.0, "wrong", {"reason": f"no number found (answered {predicted!r})"})
-    if numbers_equal(value, reference):
+    if numbers_equal(value, reference, tolerance):
         return Score(1.0, "ok")
     return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})
+
+
+class NumericMatch:
+    """Final answer equals the reference as a number ('1,234', '3/4', '-2.5', '12 dollars')."""
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        tolerance: float = Field(
+            DEFAULT_TOLERANCE,
+            ge=0,
+            description="Largest accepted difference, relative to the larger magnitude "
+            "(absolute below 1).",
+        )
+
+    def __init__(self, params: Params | None = None):
+        self.params = params or self.Params()
+
+    def __call__(self, problem: Problem, response: str) -> Score:
+        return numeric_match(problem, response, self.params.tolerance)

@@ -6,7 +6,7 @@ import threading
 
 from math_verify import parse, verify
 
-from rlvr.rewards.answers import marked_answer
+from rlvr.rewards.answers import marked_answer, strip_units
 from rlvr.rewards.match import normalize
 from rlvr.types import Problem, Score
 
@@ -19,7 +19,7 @@ def _timeout() -> int | None:
 
 def _parse(text: str) -> list:
     # Read a bare answer as LaTeX first: plain parsing misses "\sqrt{2}" and reads "1+x^2" as 1.
-    text = normalize(text)
+    text = strip_units(normalize(text))
     return parse(f"${text}$", parsing_timeout=_timeout()) or parse(text, parsing_timeout=_timeout())
 
 

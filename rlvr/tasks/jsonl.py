@@ -29,7 +29,7 @@ class JsonlParams(BaseModel):
     )
     answer_field: str | None = Field(
         "answer",
-        description="Field holding the reference answer; null for verifiers that need none "
+        description="Field holding the reference answer; empty or null for verifiers that need none "
         "(code, ifeval).",
     )
     solution_field: str | None = Field(
@@ -98,9 +98,7 @@ def _row_problem(row: Any, where: str, file: Path, number: int, params: JsonlPar
     row_id = f"{file.stem}-{number}"
     if params.id_field:
         row_id = str(_field(row, params.id_field, where, "id_field", "the row id"))
-    return Problem(
-        id=row_id, prompt=prompt, answer=answer, domain=file.stem, metadata=metadata
-    )
+    return Problem(id=row_id, prompt=prompt, answer=answer, domain=file.stem, metadata=metadata)
 
 
 def load_problems(path: str, params: JsonlParams) -> list[Problem]:

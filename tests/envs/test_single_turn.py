@@ -2,11 +2,12 @@ from functools import partial
 
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.rewards import REWARDS, score_safely, weighted
+from rlvr.rewards.base import as_reward_fn
 from rlvr.types import Problem
 
 
 def test_reward_and_correctness_are_separate():
-    verifier = partial(score_safely, REWARDS["numeric"])
+    verifier = partial(score_safely, as_reward_fn(REWARDS["numeric"]))
     reward = weighted({"numeric": 1.0, "format": 0.5})
     env = SingleTurnEnv(reward, verifier)
     problem = Problem("p", "2+2=", answer="4")

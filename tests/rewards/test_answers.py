@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.rewards.answers import extract_answer, marked_answer
+from rlvr.rewards.answers import extract_answer, marked_answer, strip_units
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,20 @@ def test_marked_answer_reports_where_the_marker_ends():
     answer, end = marked_answer(text)
     assert answer == "42" and text[end:] == " done"
     assert marked_answer("just 42") is None
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("12 dollars", "12"),
+        ("5 cm", "5"),
+        ("1,234 apples.", "1,234"),
+        ("$2.50 per pound", "$2.50"),
+        ("3 pi", "3 pi"),  # mathematics, not a unit
+        ("x + 1", "x + 1"),
+        ("12", "12"),
+        ("2 x", "2 x"),  # one letter: a variable, not a unit
+    ],
+)
+def test_strip_units_keeps_the_number_of_a_quantity(text, expected):
+    assert strip_units(text) == expected

@@ -48,3 +48,9 @@ def test_numeric(answer, response, correct):
 def test_numeric_refuses_a_reference_that_is_not_a_number():
     with pytest.raises(ValueError, match="not a number"):
         numeric_match(problem("Paris"), "#### 1")
+
+
+def test_numeric_reads_a_quantity_with_units_and_takes_a_tolerance():
+    assert numeric_match(problem("12"), "#### 12 dollars").value == 1.0
+    assert numeric_match(problem("3.14159"), "#### 3.1416").value == 0.0
+    assert numeric_match(problem("3.14159"), "#### 3.1416", tolerance=1e-3).value == 1.0

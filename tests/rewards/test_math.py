@@ -41,3 +41,19 @@ def test_works_outside_the_main_thread():
     thread.start()
     thread.join()
     assert results[0].status == "ok"
+
+
+@pytest.mark.parametrize(
+    "answer, response, value",
+    [
+        ("(0,1]", r"\boxed{(0, 1]}", 1.0),  # intervals keep their brackets
+        ("(0,1]", r"\boxed{[0, 1]}", 0.0),
+        ("5", r"\boxed{5\text{ cm}}", 1.0),  # LaTeX units
+        ("12", "#### 12 dollars", 1.0),  # plain-text units
+        ("3", "#### 3 pi", 0.0),  # pi is not a unit
+        (r"10^{3}", r"\boxed{1000}", 1.0),
+        (r"90^\circ", r"\boxed{90}", 1.0),
+    ],
+)
+def test_intervals_units_and_powers(answer, response, value):
+    assert score(answer, response).value == value

@@ -3,6 +3,7 @@ from pydantic import ValidationError
 
 from rlvr.rewards import REWARDS
 from rlvr.rewards.answers import extract_answer
+from rlvr.rewards.base import as_reward_fn
 from rlvr.tasks import TASKS
 from rlvr.tasks.arithmetic import ArithmeticParams, ArithmeticTask
 from rlvr.types import Problem
@@ -84,7 +85,7 @@ def _carries(op, a, b):
 )
 def test_demonstrations_verify_and_flawed_ones_fail_when_a_carry_matters(params):
     t = task(params, eval_size=20)
-    numeric = REWARDS[t.verifier]
+    numeric = as_reward_fn(REWARDS[t.verifier])
     flaw_mattered = 0
     for i in range(200):
         problem = t.train_problem(i)

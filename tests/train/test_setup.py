@@ -31,8 +31,8 @@ def test_reward_settings_reach_the_reward_and_its_weight_applies():
     [
         (["task.reward_params.length={target_chars: 5}"], r"'length' is not a reward of this run"),
         (
-            ["task.rewards={numeric: 1.0}", "task.reward_params.numeric={tolerance: 0.1}"],
-            r"reward 'numeric' takes no settings",
+            ["task.rewards={exact: 1.0}", "task.reward_params.exact={strict: true}"],
+            r"reward 'exact' takes no settings",
         ),
         (
             ["task.rewards={length: 1.0}", "task.reward_params.length={target_charz: 5}"],
@@ -48,6 +48,13 @@ def test_reward_settings_reach_the_reward_and_its_weight_applies():
 def test_reward_settings_mistakes_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         components(*overrides)
+
+
+def test_numeric_tolerance_is_a_setting():
+    problem = Problem(id="p", prompt="pi=", answer="3.14159")
+    loose = components("task.reward_params.numeric={tolerance: 0.001}").verifier
+    assert loose(problem, "#### 3.1416").value == 1.0
+    assert components().verifier(problem, "#### 3.1416").value == 0.0  # default: 1e-6
 
 
 def test_penalty_defaults_apply_without_settings():
@@ -73,7 +80,7 @@ def test_a_run_with_code_rewards_refuses_to_start_without_isolation(tmp_path):
         "'task.answer_field=null', 'task.metadata_fields=[tests]', 'task.eval_size=1', "
         f"'log.run_dir={tmp_path / 'runs'}']))"
     )
-    command = f"echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c \"{script}\""
+    command = f'echo 0 > /proc/sys/user/max_user_namespaces && exec {sys.executable} -c "{script}"'
     result = subprocess.run(
         ["unshare", "--user", "--map-root-user", "sh", "-c", command],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
