@@ -23,4 +23,6 @@ def test_one_example_per_builtin_task():
 
 
 def test_config_reference_is_current():
-    assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(TASKS, REWARDS).strip()
+    assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(
+        TASKS, REWARDS
+    ).strip()

@@ -13,7 +13,7 @@ from rlvr.rewards.sandbox import Execution, Limits, Sandbox
 from rlvr.types import Problem, Score
 
 HARNESS = Path(__file__).with_name("code_harness.py").read_text()
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 def extract_code(response: str) -> str | None:
@@ -27,13 +27,14 @@ def extract_code(response: str) -> str | None:
     return response
 
 
-def _lines(text: str) -> list[str]:
-    return [line.rstrip() for line in text.strip().splitlines()]
+def _normalized(text: str) -> str:
+    # strip("\n"), not strip(): leading spaces on the first line are part of the output.
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
 
 def same_output(actual: str, expected: str) -> bool:
     """Equal up to trailing whitespace on each line and blank lines at either end."""
-    return _lines(actual) == _lines(expected)
+    return _normalized(actual) == _normalized(expected)
 
 
 def _validate(problem: Problem) -> tuple[list[dict], list[str]]:

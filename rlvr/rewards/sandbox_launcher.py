@@ -82,7 +82,9 @@ def build_root(spec: dict) -> None:
         mount(device, root + device, None, MS_BIND)
     os.makedirs(root + "/proc")
     try:
-        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        # Read-only: under a user namespace mapped to host root, a writable procfs would let the
+        # program write host sysctls (kernel.core_pattern) and trigger files.
+        mount("proc", root + "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:
         pass  # a kernel that refuses a new procfs here leaves /proc empty, which isolates too
     os.makedirs(root + "/tmp")
@@ -139,6 +141,7 @@ def run_child(spec: dict, error_fd: int) -> None:
         set_limits(spec["limits"])
         stdin = os.open("/tmp/.stdin", os.O_RDONLY)
         os.dup2(stdin, 0)
+        os.unlink("/tmp/.stdin")  # fd 0 only: the code-test harness's secret comes this way
         os.closerange(3, error_fd)
         os.closerange(error_fd + 1, 65536)  # the status pipe among them
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp/work", "LANG": "C.UTF-8"}
