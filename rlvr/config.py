@@ -128,6 +128,43 @@ class RolloutConfig(Section):
         description="Most sequences the engine decodes at once; larger calls are split (bounds "
         "memory), and each part's rewards are computed while the next part generates.",
     )
+    max_turns: int = Field(
+        16,
+        gt=0,
+        description="Most policy turns per episode (multi-turn envs usually end sooner; "
+        "single-turn tasks take one).",
+    )
+    max_total_tokens: int = Field(
+        0,
+        ge=0,
+        description="Most tokens in a whole episode, prompt and observations included; the "
+        "episode ends when the next turn would not fit. 0: no cap beyond max_new_tokens per turn.",
+    )
+    tree_width: int = Field(
+        0,
+        ge=0,
+        description="Tree rollouts (rlvr/rollout/tree.py): children per branch point, >= 2; "
+        "0 samples independent episodes. Pair with algo.advantage='tree'.",
+    )
+    tree_depth: int = Field(
+        2,
+        gt=0,
+        description="Most branch points on a root-to-leaf path, root included; a full tree "
+        "has tree_width ** tree_depth leaves (group_size leaves are kept per prompt).",
+    )
+    tree_branch_at: Literal["auto", "turn", "token"] = Field(
+        "auto",
+        description="Where trees branch: at turn boundaries, at a token inside a reply, or "
+        "'auto' (turns when the env is multi-turn).",
+    )
+    tree_branch_score: Literal["logprob", "entropy"] = Field(
+        "logprob",
+        description="Token branching picks the least likely sampled token ('logprob') or the "
+        "highest-entropy position ('entropy', one extra forward pass).",
+    )
+    tree_min_segment_tokens: int = Field(
+        4, gt=0, description="Token branching keeps at least this many tokens on each side."
+    )
     reward_workers: int = Field(
         16,
         gt=0,
@@ -144,6 +181,25 @@ class AlgoConfig(Section):
     )
     normalize_std: bool = Field(
         True, description="GRPO: divide group-centred rewards by the group std (False = mean-only)."
+    )
+    reward_timing: Literal["per_turn", "delayed", "terminal"] = Field(
+        "per_turn",
+        description="Multi-turn credit: 'per_turn' keeps each turn's reward on that turn, "
+        "'delayed' reveals their sum at the end, 'terminal' keeps only the last turn's (outcome).",
+    )
+    turn_coef: float = Field(
+        1.0, ge=0, description="mt_grpo: weight of the turn-level advantage on earlier turns."
+    )
+    tree_outcome_coef: float = Field(
+        0.0,
+        ge=0,
+        description="tree: weight of the group-normalised outcome advantage added to each "
+        "segment's advantage.",
+    )
+    tree_dedup_shared: bool = Field(
+        True,
+        description="tree: scale each token by 1 / (leaves sharing its segment), so a shared "
+        "prefix is pushed once in total.",
     )
     clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1: ratio >= 1 - clip_low.")
     clip_high: float = Field(

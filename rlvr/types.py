@@ -38,9 +38,10 @@ class Score:
 
 @dataclass
 class StepResult:
-    """What an Env returns for one action."""
+    """What an Env returns for one action. The observation is the next user turn (a string) or
+    messages of other roles (e.g. {"role": "tool", ...}); None when the episode is done."""
 
-    observation: str | None
+    observation: str | Message | list[Message] | None
     reward: float
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
@@ -89,6 +90,8 @@ class Batch:
     rewards: Any  # [B] float
     group_ids: Any  # [B] long
     token_rewards: Any  # [B, T-1] float: each turn's reward on that turn's last policy token
+    turn_ids: Any  # [B, T-1] long: the turn each policy token belongs to, -1 elsewhere
+    turn_rewards: Any  # [B, K] float: each turn's reward, NaN past the episode's last turn
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_id: int) -> Batch:
@@ -101,14 +104,22 @@ class Batch:
         loss_mask = torch.zeros((size, width))
         behaviour = torch.zeros((size, width))
         token_rewards = torch.zeros((size, width))
+        turn_ids = torch.full((size, width), -1, dtype=torch.long)
+        turns = max(len(t.turn_rewards) for t in trajectories)
+        turn_rewards = torch.full((size, max(turns, 1)), float("nan"))
         for row, t in enumerate(trajectories):
             n = len(t.token_ids)
             input_ids[row, :n] = torch.tensor(t.token_ids)
             attention[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
             behaviour[row, :n] = torch.tensor(t.behaviour_logprobs)
-            for reward, end in zip(t.turn_rewards, t.turn_ends):
+            start = 0
+            for turn, (reward, end) in enumerate(zip(t.turn_rewards, t.turn_ends)):
                 token_rewards[row, end - 1] += reward
+                turn_ids[row, start:end] = turn
+                turn_rewards[row, turn] = reward
+                start = end
+            turn_ids[row, :n][loss_mask[row, :n] == 0] = -1
         return cls(
             input_ids=input_ids,
             attention_mask=attention,
@@ -117,6 +128,8 @@ class Batch:
             rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float),
             group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
             token_rewards=token_rewards[:, 1:],
+            turn_ids=turn_ids[:, 1:],
+            turn_rewards=turn_rewards,
         )
 
     def __len__(self) -> int:

@@ -24,6 +24,12 @@ class AdvInputs:
     token_rewards: torch.Tensor | None = None  # [B, T]; None = reward on the last policy token
     values: torch.Tensor | None = None  # [B, T] critic values, aligned like loss_mask (gae)
     baseline_rewards: torch.Tensor | None = None  # [B] greedy-rollout reward of the prompt (remax)
+    turn_rewards: torch.Tensor | None = None  # [B, K] each turn's reward; NaN past the last turn
+    turn_ids: torch.Tensor | None = None  # [B, T] long: the turn of each policy token, -1 elsewhere
+    # tree rollouts (rlvr.rollout.tree.segment_tensors): per policy token, its segment's node
+    # value minus its parent's, and 1 / the number of rows sharing that segment
+    segment_advantages: torch.Tensor | None = None  # [B, T]
+    segment_weights: torch.Tensor | None = None  # [B, T]
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -81,6 +87,36 @@ def grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     if algo.normalize_std:
         adv = adv / (std + EPS)
     return _broadcast(adv, inputs.loss_mask)
+
+
+def _group_normalised(values: torch.Tensor, group_ids: torch.Tensor, std: bool) -> torch.Tensor:
+    mean, spread = group_stats(values, group_ids)
+    return (values - mean) / (spread + EPS) if std else values - mean
+
+
+def mt_grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """MT-GRPO (Wei et al. 2025): tokens of an earlier turn k get A_outcome + turn_coef * A_k,
+    tokens of the last turn get A_outcome; outcome = the last turn's reward, and each is
+    group-normalised like GRPO among the samples of the group that have that turn."""
+    source = "the trainer fills from each episode's per-turn rewards"
+    turn_rewards = _require(inputs, "turn_rewards", "mt_grpo", source).double()
+    turn_ids = _require(inputs, "turn_ids", "mt_grpo", source)
+    turns = (~turn_rewards.isnan()).sum(dim=1)  # [B]
+    rows = torch.arange(len(turns), device=turns.device)
+    outcome = turn_rewards[rows, (turns - 1).clamp(min=0)]
+    adv = _group_normalised(outcome, inputs.group_ids, algo.normalize_std)[:, None].expand(
+        turn_ids.shape
+    )
+    for k in range(turn_rewards.shape[1] - 1):
+        earlier = turns > k + 1  # samples for which turn k is not the last
+        if not earlier.any():
+            break
+        a_k = torch.zeros_like(outcome)
+        a_k[earlier] = _group_normalised(
+            turn_rewards[earlier, k], inputs.group_ids[earlier], algo.normalize_std
+        )
+        adv = adv + torch.where(turn_ids == k, algo.turn_coef * a_k[:, None], 0.0)
+    return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
 def dr_grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -208,14 +244,38 @@ def passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _broadcast(adv, inputs.loss_mask)
 
 
-for _fn in (grpo, dr_grpo, rloo, reinforce_pp_baseline, opo):
+def tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Tree rollouts (TreeRL-style): each token gets its segment's node value minus its parent's.
+
+    A node's value is the mean outcome of the leaves below it, so along a leaf the segment
+    advantages add up to its reward minus the group mean. algo.tree_outcome_coef (default 0)
+    adds that many times the GRPO outcome advantage (group-normalised by the std when
+    algo.normalize_std). With algo.tree_dedup_shared (default true) every token's advantage is
+    scaled by segment_weights, 1 / the rows sharing its segment, so a prefix shared by c leaves
+    is pushed once in total rather than once per leaf.
+    """
+    source = "the trainer fills from info['tree'] with rlvr.rollout.tree.segment_tensors"
+    adv = _require(inputs, "segment_advantages", "tree", source).double()
+    weights = _require(inputs, "segment_weights", "tree", source).double()
+    if algo.tree_outcome_coef:
+        outcome = _group_normalised(inputs.rewards.double(), inputs.group_ids, algo.normalize_std)
+        adv = adv + algo.tree_outcome_coef * outcome[:, None]
+    if algo.tree_dedup_shared:
+        adv = adv * weights
+    return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
+
+
+for _fn in (grpo, mt_grpo, dr_grpo, rloo, reinforce_pp_baseline, opo, tree):
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
 passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
 remax.requires = ("baseline_rewards",)
+mt_grpo.requires = ("turn_rewards", "turn_ids")
+tree.requires = ("segment_advantages", "segment_weights")
 
 ADVANTAGES: dict[str, AdvantageFn] = {
     "grpo": grpo,
+    "mt_grpo": mt_grpo,
     "dr_grpo": dr_grpo,
     "rloo": rloo,
     "reinforce_pp": reinforce_pp,
@@ -224,4 +284,5 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "opo": opo,
     "gae": gae,
     "passk": passk,
+    "tree": tree,
 }

@@ -1,4 +1,4 @@
-"""Reward shaping that depends on the response, not the answer: DAPO's soft overlong penalty."""
+"""Reward shaping: DAPO's soft overlong penalty, and when multi-turn rewards reach the learner."""
 
 from __future__ import annotations
 
@@ -14,3 +14,12 @@ def overlong_penalty(
         return torch.zeros_like(lengths, dtype=torch.float)
     start = max_tokens - window
     return -factor * ((lengths.float() - start) / window).clamp(0.0, 1.0)
+
+
+def time_rewards(turn_rewards: list[float], timing: str) -> list[float]:
+    """Per-turn rewards as the learner sees them: 'per_turn' unchanged, 'delayed' all summed
+    onto the last turn, 'terminal' only the last turn's (the outcome)."""
+    if timing == "per_turn" or not turn_rewards:
+        return list(turn_rewards)
+    last = sum(turn_rewards) if timing == "delayed" else turn_rewards[-1]
+    return [0.0] * (len(turn_rewards) - 1) + [last]

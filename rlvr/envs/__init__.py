@@ -1,8 +1,10 @@
 """Environments: the reset/step protocol and the built-in envs."""
 
 from rlvr.envs.base import Env
+from rlvr.envs.guess_number import GuessNumberEnv
 from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.envs.tool_env import ToolEnv
 
-ENVS = {"single_turn": SingleTurnEnv}
+ENVS = {"single_turn": SingleTurnEnv, "guess_number": GuessNumberEnv, "tool": ToolEnv}
 
-__all__ = ["ENVS", "Env", "SingleTurnEnv"]
+__all__ = ["ENVS", "Env", "GuessNumberEnv", "SingleTurnEnv", "ToolEnv"]

@@ -15,7 +15,7 @@ from rlvr.models.loading import load_model
 from rlvr.rewards.batching import Batcher
 from rlvr.rollout.engine import Completion, Engine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.rollout.runner import encode_prompt
+from rlvr.rollout.tokens import encode_prompt
 from rlvr.types import Problem, Score
 
 KEY = "task.reward_params.judge.model"

@@ -11,20 +11,11 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.envs.base import Env
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
+from rlvr.rollout.tokens import Conversation
 from rlvr.types import Message, Problem, StepResult, Trajectory
 
-
-def render(
-    tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
-) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=generation_prompt
-    )
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
-    """Token ids of a conversation ready for the assistant to reply (the template adds BOS if any)."""
-    return tokenizer(render(tokenizer, messages, True), add_special_tokens=False)["input_ids"]
+# Why an episode ended: the env said done, or a budget ran out, or the env failed.
+ENDINGS = ("done", "max_turns", "max_tokens", "env_error")
 
 
 @dataclass
@@ -33,31 +24,28 @@ class Episode:
     group_id: int
     sample_index: int
     env: Env
-    messages: list[Message]
-    token_ids: list[int]
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    conversation: Conversation
     rewards: list[float] = field(default_factory=list)
-    turn_ends: list[int] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     finish_reason: str = "eos"
     done: bool = False
 
-    def __post_init__(self):
-        self.loss_mask = [0] * len(self.token_ids)
-        self.logprobs = [0.0] * len(self.token_ids)
+    def end(self, reason: str) -> None:
+        self.done = True
+        self.info["ended_by"] = reason
 
     def to_trajectory(self) -> Trajectory:
+        c = self.conversation
         return Trajectory(
             problem=self.problem,
             group_id=self.group_id,
             sample_index=self.sample_index,
-            token_ids=self.token_ids,
-            loss_mask=self.loss_mask,
-            behaviour_logprobs=self.logprobs,
+            token_ids=c.token_ids,
+            loss_mask=c.loss_mask,
+            behaviour_logprobs=c.logprobs,
             turn_rewards=self.rewards,
-            turn_ends=self.turn_ends,
+            turn_ends=c.turn_ends,
             status=self.info.get("status", "ok"),
             correct=bool(self.info.get("correct", False)),
             finish_reason=self.finish_reason,
@@ -66,11 +54,25 @@ class Episode:
         )
 
 
+def safe_step(env: Env, action_text: str) -> StepResult:
+    """env.step, with an env that raises ending its episode as a crash instead of the run."""
+    try:
+        return env.step(action_text)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+        return StepResult(None, 0.0, True, {"status": "crash", "error": error, "env_error": True})
+
+
 class EpisodeRunner:
     """Runs every episode turn by turn in lock-step batches. Each turn generates in chunks of
     `chunk_size` episodes (None: one engine call) and steps the envs of a chunk on `workers`
     threads while the next chunk generates, so slow rewards (sandboxed code, reward models)
-    overlap with generation."""
+    overlap with generation.
+
+    Budgets: at most `max_turns` policy turns and, when `max_total_tokens` > 0, that many
+    tokens in the whole episode (prompt and observations included). A turn generates at most
+    `params.max_new_tokens`; observation tokens never count against that per-turn budget.
+    """
 
     def __init__(
         self,
@@ -81,12 +83,15 @@ class EpisodeRunner:
         max_turns: int = 1,
         chunk_size: int | None = None,
         workers: int = 1,
+        max_total_tokens: int = 0,
     ):
         self.engine, self.tokenizer, self.make_env = engine, tokenizer, make_env
         self.params, self.max_turns, self.chunk_size = params, max_turns, chunk_size
+        self.max_total_tokens = max_total_tokens
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="env-step")
         # seconds in the engine, and waiting for env steps after generation ended; last collect
         self.timings: dict[str, float] = {}
+        self.stats: dict[str, float] = {}  # sampling costs a runner reports (tree rollouts)
 
     def collect(
         self,
@@ -103,10 +108,12 @@ class EpisodeRunner:
         for group_id, problem in enumerate(problems):
             for _ in range(group_size):
                 env = self.make_env()
-                messages = env.reset(problem)
-                ids = encode_prompt(self.tokenizer, messages)
-                episodes.append(Episode(problem, group_id, len(episodes), env, messages, ids))
+                conversation = Conversation(self.tokenizer, env.reset(problem))
+                episodes.append(Episode(problem, group_id, len(episodes), env, conversation))
         for turn in range(self.max_turns):
+            for episode in episodes:
+                if not episode.done and self._room(episode) <= 0:
+                    episode.end("max_tokens")  # the prompt alone fills the budget
             active = [e for e in episodes if not e.done]
             if not active:
                 break
@@ -115,50 +122,58 @@ class EpisodeRunner:
             for chunk in (active[i : i + size] for i in range(0, len(active), size)):
                 seeds = [sample_seed(*seed, e.sample_index, turn) for e in chunk]
                 start = time.perf_counter()
-                completions = self.engine.generate([e.token_ids for e in chunk], params, seeds)
+                prompts = [e.conversation.token_ids for e in chunk]
+                completions = self.engine.generate(prompts, params, seeds)
                 self.timings["generate"] += time.perf_counter() - start
                 for episode, completion in zip(chunk, completions):
-                    steps.append(
-                        (episode, completion, self.pool.submit(episode.env.step, completion.text))
-                    )
+                    completion = self._within_budget(episode, completion)
+                    step = self.pool.submit(safe_step, episode.env, completion.text)
+                    steps.append((episode, completion, step))
             start = time.perf_counter()
             for episode, completion, step in steps:
-                self._record(
-                    episode, completion, step.result(), last_turn=turn == self.max_turns - 1
-                )
+                self._record(episode, completion, step.result(), turn)
             self.timings["env"] += time.perf_counter() - start
         return [e.to_trajectory() for e in episodes]
 
+    def _room(self, episode: Episode) -> int:
+        """Tokens the episode may still generate under max_total_tokens (a large number if none)."""
+        if not self.max_total_tokens:
+            return 1 << 30
+        return self.max_total_tokens - len(episode.conversation.token_ids)
+
+    def _within_budget(self, episode: Episode, completion: Completion) -> Completion:
+        """The completion cut to what the episode's total-token budget has left."""
+        room = self._room(episode)
+        if len(completion.token_ids) <= room:
+            return completion
+        ids = completion.token_ids[:room]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(ids, completion.logprobs[: len(ids)], "length", text)
+
     def _record(
-        self, episode: Episode, completion: Completion, result: StepResult, last_turn: bool
+        self, episode: Episode, completion: Completion, result: StepResult, turn: int
     ) -> None:
-        episode.token_ids = episode.token_ids + completion.token_ids
-        episode.loss_mask = episode.loss_mask + [1] * len(completion.token_ids)
-        episode.logprobs = episode.logprobs + completion.logprobs
-        episode.turn_ends.append(len(episode.token_ids))
+        episode.conversation.add_reply(completion.token_ids, completion.logprobs)
         episode.texts.append(completion.text)
         episode.finish_reason = completion.finish_reason
         episode.rewards.append(float(result.reward))
-        episode.info.update(result.info)
-        episode.done = result.done or last_turn
-        if not episode.done:
-            self._append_observation(episode, completion.token_ids, result.observation or "")
+        tool_calls = result.info.get("tool_calls", 0) + episode.info.get("tool_calls", 0)
+        tool_errors = result.info.get("tool_errors", 0) + episode.info.get("tool_errors", 0)
+        episode.info.update(result.info, tool_calls=tool_calls, tool_errors=tool_errors)
+        if result.info.get("env_error"):
+            episode.end("env_error")
+        elif result.done:
+            episode.end("done")
+        elif turn == self.max_turns - 1:
+            episode.end("max_turns")
+        elif not episode.conversation.add_observation(
+            _as_message(result.observation), self.max_total_tokens
+        ):
+            episode.end("max_tokens")  # no room left for the next reply
 
-    def _append_observation(self, episode: Episode, reply_ids: list[int], observation: str) -> None:
-        """Observation tokens are whatever the template adds after the policy's own tokens (closing
-        a truncated reply included); they are never trained on."""
-        before = render(self.tokenizer, episode.messages, True) + self.tokenizer.decode(reply_ids)
-        reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
-        episode.messages = episode.messages + [
-            {"role": "assistant", "content": reply},
-            {"role": "user", "content": observation},
-        ]
-        after = render(self.tokenizer, episode.messages, True)
-        if not after.startswith(before):
-            raise ValueError(
-                "the chat template is not append-only; multi-turn episodes need one that is"
-            )
-        ids = self.tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
-        episode.token_ids = episode.token_ids + ids
-        episode.loss_mask = episode.loss_mask + [0] * len(ids)
-        episode.logprobs = episode.logprobs + [0.0] * len(ids)
+
+def _as_message(observation: str | Message | list[Message] | None) -> Message | list[Message]:
+    """A bare string observation is a user turn; envs may also give messages (e.g. role 'tool')."""
+    if observation is None or isinstance(observation, str):
+        return {"role": "user", "content": observation or ""}
+    return observation

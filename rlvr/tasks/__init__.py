@@ -3,14 +3,27 @@
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
+from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
 from rlvr.tasks.reasoning_gym import ReasoningGymTask
+from rlvr.tasks.search_qa import SearchQATask
 
-__all__ = ["TASKS", "ArithmeticTask", "CountdownTask", "JsonlTask", "ReasoningGymTask", "Task"]
+__all__ = [
+    "TASKS",
+    "ArithmeticTask",
+    "CountdownTask",
+    "GuessNumberTask",
+    "JsonlTask",
+    "ReasoningGymTask",
+    "SearchQATask",
+    "Task",
+]
 
 TASKS: dict[str, type[Task]] = {
     "arithmetic": ArithmeticTask,
     "countdown": CountdownTask,
+    "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
     "reasoning_gym": ReasoningGymTask,
+    "search_qa": SearchQATask,
 }

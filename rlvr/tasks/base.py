@@ -8,7 +8,7 @@ from typing import ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from rlvr.types import Problem
+from rlvr.types import Message, Problem
 
 
 class Task(Protocol):
@@ -26,9 +26,13 @@ class Task(Protocol):
         """A fixed list of eval_size problems, disjoint from train."""
         ...
 
-    def demonstration(self, problem: Problem, flawed: bool = False) -> str:
-        """A worked solution (the assistant's reply); `flawed` makes the task's systematic mistake."""
+    def demonstration(self, problem: Problem, flawed: bool = False) -> str | list[Message]:
+        """A worked solution (the assistant's reply), or for a multi-turn task the messages of a
+        whole episode after the prompt; `flawed` makes the task's systematic mistake."""
         ...
+
+    # Optional: `make_env(reward, verifier) -> Env` for tasks played as their own environment
+    # (multi-turn games, tool use); without it the task runs as a SingleTurnEnv.
 
 
 def seeded_rng(*parts: object) -> random.Random:

@@ -14,12 +14,14 @@ from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
+from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import lookup
 from rlvr.rewards import REWARDS, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.types import Problem, Score
@@ -27,14 +29,22 @@ from rlvr.types import Problem, Score
 RewardFn = Callable[[Problem, str], Score]
 
 # Optional AdvInputs fields the trainer fills; an estimator lists what it needs in `fn.requires`.
-PRODUCED_FIELDS = {"token_rewards", "baseline_rewards", "values"}
+PRODUCED_FIELDS = {
+    "token_rewards",
+    "baseline_rewards",
+    "values",
+    "turn_rewards",
+    "turn_ids",
+    "segment_advantages",
+    "segment_weights",
+}
 
 
 @dataclass
 class Components:
     task: Task
-    reward: RewardFn
-    verifier: RewardFn
+    reward: RewardFn | None  # None: the task's own env scores episodes
+    verifier: RewardFn | None
     advantage: AdvantageFn
     loss: Callable
     kl: KLFn | None
@@ -75,11 +85,13 @@ def build_task(cfg: Config) -> Task:
         raise ConfigError(f"task '{cfg.task.name}': {e}") from None
 
 
-def build_rewards(cfg: Config, verifier: str) -> dict[str, RewardFn]:
-    """The task's verifier and each task.rewards component by name; a reward class is built from
-    its `task.reward_params` entry (where a code sandbox checks its isolation, so a run without
-    one never starts)."""
-    where = {verifier: "task verifier", **{n: f"task.rewards.{n}" for n in cfg.task.rewards}}
+def build_rewards(cfg: Config, verifier: str | None) -> dict[str, RewardFn]:
+    """The task's verifier (None for a task that scores itself as an env) and each
+    task.rewards component by name; a reward class is built from its `task.reward_params`
+    entry (where a code sandbox checks its isolation, so a run without one never starts)."""
+    where = {n: f"task.rewards.{n}" for n in cfg.task.rewards}
+    if verifier is not None:
+        where = {verifier: "task verifier", **where}
     names, settings = list(where), cfg.task.reward_params
     for name in settings:
         if name not in names:
@@ -107,9 +119,18 @@ def build_rewards(cfg: Config, verifier: str) -> dict[str, RewardFn]:
 
 def build_components(cfg: Config) -> Components:
     task = build_task(cfg)
+    if task.verifier is None and cfg.task.rewards:
+        raise ConfigError(
+            f"task '{cfg.task.name}' scores its episodes in its own environment, so "
+            "task.rewards does not apply to it. Fix: remove task.rewards."
+        )
     rewards = build_rewards(cfg, task.verifier)
     timeout = cfg.task.reward_timeout
-    verifier = partial(score_safely, rewards[task.verifier], timeout=timeout)
+    verifier = (
+        None
+        if task.verifier is None
+        else partial(score_safely, rewards[task.verifier], timeout=timeout)
+    )
     if cfg.task.rewards:
         combine = gated if cfg.task.reward_mode == "gated" else weighted
         reward = partial(score_safely, combine(cfg.task.rewards, rewards), timeout=timeout)
@@ -132,6 +153,19 @@ def build_components(cfg: Config) -> Components:
             "trainer does not produce yet (critic values arrive with train/critic.py). "
             "Fix: choose another estimator."
         )
+    trees = "segment_advantages" in requires
+    if trees != (cfg.rollout.tree_width > 0):
+        raise ConfigError(
+            f"algo.advantage = '{cfg.algo.advantage}' with rollout.tree_width = "
+            f"{cfg.rollout.tree_width}: the tree estimator and tree rollouts go together. Fix: "
+            + (
+                "rollout.tree_width=2."
+                if trees
+                else "algo.advantage=tree (or rollout.tree_width=0 for independent samples)."
+            )
+        )
+    if cfg.rollout.tree_width == 1:
+        raise ConfigError("rollout.tree_width = 1 cannot branch. Fix: 2 or more, or 0 for none.")
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
     kl = (
@@ -142,17 +176,39 @@ def build_components(cfg: Config) -> Components:
     return Components(task, reward, verifier, advantage, loss, kl, requires, minimum)
 
 
-def make_runner(cfg: Config, model, tokenizer, components: Components) -> EpisodeRunner:
-    """The embedded engine driving the task's single-turn env with the configured sampling."""
+def env_factory(components: Components) -> Callable[[], Env]:
+    """The task's own env (multi-turn games, tool use) when it has one, else a SingleTurnEnv."""
+    task, reward, verifier = components.task, components.reward, components.verifier
+    if hasattr(task, "make_env"):
+        return lambda: task.make_env(reward, verifier)
+    return lambda: SingleTurnEnv(reward, verifier)
+
+
+def make_runner(
+    cfg: Config, model, tokenizer, components: Components, trees: bool = True
+) -> EpisodeRunner:
+    """The embedded engine driving the task's env with the configured sampling and budgets;
+    a TreeRunner when rollout.tree_width is set and `trees` (eval always samples independently:
+    a tree's leaves are correlated, which would bias pass@k)."""
     r = cfg.rollout
-    return EpisodeRunner(
-        HFEngine(model, tokenizer, r.max_batch_size),
-        tokenizer,
-        lambda: SingleTurnEnv(components.reward, components.verifier),
-        SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop)),
+    params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
+    common = dict(
+        engine=HFEngine(model, tokenizer, r.max_batch_size),
+        tokenizer=tokenizer,
+        make_env=env_factory(components),
+        params=params,
+        max_turns=r.max_turns,
         chunk_size=r.max_batch_size,
         workers=r.reward_workers,
+        max_total_tokens=r.max_total_tokens,
     )
+    if not (trees and r.tree_width):
+        return EpisodeRunner(**common)
+    scorer = entropy_scorer(model, params) if r.tree_branch_score == "entropy" else None
+    return TreeRunner(
+        **common, width=r.tree_width, depth=r.tree_depth, branch_at=r.tree_branch_at,
+        scorer=scorer, min_segment_tokens=r.tree_min_segment_tokens,
+    )  # fmt: skip
 
 
 def resolve_device(name: str) -> torch.device:

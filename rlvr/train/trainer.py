@@ -24,10 +24,12 @@ from rlvr.algos.advantages import AdvInputs
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
-from rlvr.algos.shaping import overlong_penalty
+from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model
+from rlvr.rollout.runner import ENDINGS
+from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
 from rlvr.train.critic import Critic
@@ -90,6 +92,14 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
     }
     metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
+    n = len(trajectories)
+    turns = [len(t.turn_rewards) for t in trajectories]
+    metrics["episode/turns"] = sum(turns) / n
+    metrics["episode/turn_reward"] = sum(t.reward for t in trajectories) / sum(turns)
+    metrics["episode/tool_calls"] = sum(t.info.get("tool_calls", 0) for t in trajectories) / n
+    metrics["episode/tool_errors"] = sum(t.info.get("tool_errors", 0) for t in trajectories) / n
+    endings = Counter(t.info.get("ended_by", "done") for t in trajectories)
+    metrics.update({f"episode/ended_by_{e}": endings[e] / n for e in ENDINGS})
     components = [t.info.get("components", {}) for t in trajectories]
     for name in sorted({name for c in components for name in c}):
         metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
@@ -109,6 +119,11 @@ class Trainer:
         if not resume:
             self.run_dir.start(cfg)
         self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
+        self.eval_runner = (
+            make_runner(cfg, self.model, self.tokenizer, self.components, trees=False)
+            if cfg.rollout.tree_width
+            else self.runner
+        )
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
@@ -170,7 +185,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
         metrics = evaluate(
-            self.runner,
+            self.eval_runner,
             self.eval_problems,
             self.cfg.train.eval_k,
             self.cfg.train.seed,
@@ -187,6 +202,8 @@ class Trainer:
                 f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
             )
             return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
+        for trajectory in trajectories:
+            trajectory.turn_rewards = time_rewards(trajectory.turn_rewards, cfg.algo.reward_timing)
         penalties = overlong_penalty(
             torch.tensor([t.num_generated for t in trajectories]), cfg.rollout.max_new_tokens,
             cfg.algo.overlong_window, cfg.algo.overlong_factor,
@@ -196,7 +213,12 @@ class Trainer:
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
         if cfg.algo.mask_truncated:
             batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
-        data, extra = self.prepare_update(batch, baselines, timings)
+        segments = (
+            segment_tensors(trajectories, batch.loss_mask.shape[1])
+            if "segment_advantages" in self.components.requires
+            else (None, None)
+        )
+        data, extra = self.prepare_update(batch, baselines, segments, timings)
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
@@ -296,15 +318,20 @@ class Trainer:
             trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
         for name, seconds in self.runner.timings.items():
             timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
+        timings.update({f"rollout/{name}": value for name, value in self.runner.stats.items()})
         if "baseline_rewards" not in self.components.requires:
             return trajectories, None
         with timed(timings, "time/baseline_rollout"):
-            greedy = replace(self.runner.params, temperature=0.0)
-            per_prompt = [t.reward for t in self.runner.collect(problems, 1, seed, greedy)]
+            greedy = replace(self.eval_runner.params, temperature=0.0)
+            per_prompt = [t.reward for t in self.eval_runner.collect(problems, 1, seed, greedy)]
         return trajectories, [per_prompt[t.group_id] for t in trajectories]
 
     def prepare_update(
-        self, batch: Batch, baselines: torch.Tensor | None, timings: dict[str, float]
+        self,
+        batch: Batch,
+        baselines: torch.Tensor | None,
+        segments: tuple[torch.Tensor | None, torch.Tensor | None],
+        timings: dict[str, float],
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
         cfg = self.cfg
@@ -332,7 +359,8 @@ class Trainer:
             extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
             token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
-            values=values, baseline_rewards=baselines,
+            values=values, baseline_rewards=baselines, turn_rewards=batch.turn_rewards,
+            turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
         )  # fmt: skip
         advantages = self.components.advantage(inputs, cfg.algo)
         returns = (

@@ -18,7 +18,7 @@ from transformers import get_cosine_schedule_with_warmup
 
 from rlvr.config import Config
 from rlvr.models.tiny import build_model, build_tokenizer
-from rlvr.rollout.runner import encode_prompt
+from rlvr.rollout.tokens import Conversation
 from rlvr.tasks.base import Task
 
 COMPLETE = "COMPLETE"
@@ -50,14 +50,27 @@ def warm_start_path(cfg: Config) -> Path:
 
 
 def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[int], list[int]]:
-    """(token ids, loss mask) of one demonstration: prompt untrained, reply and EOS trained."""
+    """(token ids, loss mask) of one demonstration, built with the rollout's token layer so
+    warm start and RL see the same layout: the assistant's replies (EOS included) are trained,
+    the prompt and anything between replies are not. A demonstration is one reply, or the
+    messages of a whole multi-turn episode after the prompt."""
     problem = task.train_problem(index)
-    prompt = encode_prompt(tokenizer, problem.messages())
-    reply = tokenizer(task.demonstration(problem, flawed=flawed), add_special_tokens=False)[
-        "input_ids"
-    ]
-    reply = reply + [tokenizer.eos_token_id]
-    return prompt + reply, [0] * len(prompt) + [1] * len(reply)
+    demo = task.demonstration(problem, flawed=flawed)
+    messages = [{"role": "assistant", "content": demo}] if isinstance(demo, str) else demo
+    # The prompt the env opens the episode with (a tool env adds its system message).
+    prompt = task.make_env(None, None).reset(problem) if hasattr(task, "make_env") else None
+    conversation = Conversation(tokenizer, prompt or problem.messages())
+    pending: list = []  # observation messages since the last reply
+    for message in messages:
+        if message["role"] != "assistant":
+            pending.append(message)
+            continue
+        if pending:
+            conversation.add_observation(pending)
+            pending = []
+        ids = tokenizer(message["content"], add_special_tokens=False)["input_ids"]
+        conversation.add_reply(ids + [tokenizer.eos_token_id])
+    return conversation.token_ids, conversation.loss_mask
 
 
 def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:

@@ -12,6 +12,7 @@ from rlvr.algos.advantages import (
     gae_returns,
     group_stats,
     grpo,
+    mt_grpo,
     opo,
     passk,
     reinforce_pp,
@@ -19,6 +20,7 @@ from rlvr.algos.advantages import (
     remax,
     rloo,
     token_rewards_or_outcome,
+    tree,
 )
 from rlvr.config import AlgoConfig
 
@@ -395,6 +397,12 @@ def binary_batch(rewards, group_ids, mask):
     x = inputs(rewards, group_ids, mask)
     x.values = torch.zeros(x.loss_mask.shape)
     x.baseline_rewards = torch.tensor(rewards, dtype=torch.float32)
+    x.turn_rewards = torch.tensor(rewards, dtype=torch.float32)[:, None]  # one turn each
+    x.turn_ids = torch.where(x.loss_mask.bool(), 0, -1)
+    # a flat tree: every row a leaf right below its group's root
+    mean, _ = group_stats(x.rewards, x.group_ids)
+    x.segment_advantages = (x.rewards - mean)[:, None] * x.loss_mask
+    x.segment_weights = x.loss_mask.clone()
     return x
 
 
@@ -414,7 +422,9 @@ def test_every_estimator_gives_finite_zeros_without_policy_tokens(name):
     assert torch.equal(run_any(name, x), torch.zeros(6, 3))
 
 
-GROUP_ESTIMATORS = ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "opo", "passk"]
+GROUP_ESTIMATORS = [
+    "grpo", "mt_grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "opo", "passk", "tree",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS)
@@ -437,6 +447,7 @@ def test_per_group_estimators_zero_an_equal_group_next_to_a_mixed_one(name):
 def test_registry_metadata():
     assert set(ADVANTAGES) == {
         "grpo",
+        "mt_grpo",
         "dr_grpo",
         "rloo",
         "reinforce_pp",
@@ -445,6 +456,7 @@ def test_registry_metadata():
         "opo",
         "gae",
         "passk",
+        "tree",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
@@ -456,3 +468,125 @@ def test_registry_metadata():
         assert minimum == expected, name
     assert gae.requires == ("values",)
     assert remax.requires == ("baseline_rewards",)
+    assert mt_grpo.requires == ("turn_rewards", "turn_ids")
+    assert tree.requires == ("segment_advantages", "segment_weights")
+
+
+# ---------------------------------------------------------------- mt_grpo
+
+
+def test_mt_grpo_golden_two_turn_episodes():
+    # One group of 4. Turn rewards (turn 0 = tool used, turn 1 = outcome):
+    #   a: [1, 1]  b: [0, 1]  c: [1, 0]  d: one turn only, outcome 0
+    # Outcome [1, 1, 0, 0]: mean .5, unbiased std sqrt(1/3) -> A_out = +-0.8660.
+    # Turn 0 is an earlier turn for a, b, c only: [1, 0, 1], mean 2/3, deviations
+    # [1/3, -2/3, 1/3], unbiased var (1/9 + 4/9 + 1/9) / 2 = 1/3 -> A_0 = [.5774, -1.1547, .5774].
+    nan = float("nan")
+    x = inputs([2, 1, 1, 0], [0, 0, 0, 0], [[1, 1, 0, 1]] * 3 + [[1, 1, 0, 0]])
+    x.turn_rewards = torch.tensor([[1, 1], [0, 1], [1, 0], [0, nan]], dtype=torch.float32)
+    x.turn_ids = torch.tensor([[0, 0, -1, 1]] * 3 + [[0, 0, -1, -1]])
+    adv = mt_grpo(x, AlgoConfig(turn_coef=0.5))
+    a_out, a_0 = 0.5 / (1 / 3) ** 0.5, [(1 / 3) / (1 / 3) ** 0.5, -(2 / 3) / (1 / 3) ** 0.5]
+    expected = torch.tensor(
+        [
+            [a_out + 0.5 * a_0[0]] * 2 + [0, a_out],
+            [a_out + 0.5 * a_0[1]] * 2 + [0, a_out],
+            [-a_out + 0.5 * a_0[0]] * 2 + [0, -a_out],
+            [-a_out] * 2 + [0, 0],  # its only turn is its last: the outcome alone
+        ]
+    )
+    torch.testing.assert_close(adv, expected, atol=1e-4, rtol=0)
+
+
+def test_mt_grpo_of_single_turn_episodes_is_grpo():
+    x = binary_batch([1, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1], [[1, 1, 0]] * 6)
+    torch.testing.assert_close(mt_grpo(x, AlgoConfig()), grpo(x, AlgoConfig()))
+
+
+# ---------------------------------------------------------------- tree
+
+
+def tree_algo(**fields):
+    """AlgoConfig plus the tree fields (tree_outcome_coef, tree_dedup_shared), which
+    rlvr/config.py does not declare yet; the estimator reads them with getattr."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{**AlgoConfig().model_dump(), **fields})
+
+
+def hand_tree_inputs():
+    """Two levels, width 2: root -> A -> (a1 = 1, a2 = 0), root -> B -> (b1 = 1, b2 = 1).
+    Columns: a prompt token, two tokens of A's (or B's) segment, two of the leaf's own.
+    V(root) = .75, V(A) = .5, V(B) = 1: A's segment .5 - .75 = -.25, B's +.25 (2 leaves
+    each, weight 1/2); leaf segments a1 1 - .5 = .5, a2 -.5, b1 = b2 = 0 (weight 1)."""
+    mask = [[0, 1, 1, 1, 1]] * 4
+    x = adv_inputs([1, 0, 1, 1], [0, 0, 0, 0], mask)
+    x.segment_advantages = torch.tensor(
+        [
+            [0, -0.25, -0.25, 0.5, 0.5],
+            [0, -0.25, -0.25, -0.5, -0.5],
+            [0, 0.25, 0.25, 0, 0],
+            [0, 0.25, 0.25, 0, 0],
+        ]
+    )
+    x.segment_weights = torch.tensor([[0, 0.5, 0.5, 1, 1]] * 4)
+    return x
+
+
+def test_tree_golden_two_levels_width_two():
+    # each shared segment counts once: -.25 * 1/2 on A's tokens, .25 * 1/2 on B's
+    close(
+        tree(hand_tree_inputs(), tree_algo()),
+        [
+            [0, -0.125, -0.125, 0.5, 0.5],
+            [0, -0.125, -0.125, -0.5, -0.5],
+            [0, 0.125, 0.125, 0, 0],
+            [0, 0.125, 0.125, 0, 0],
+        ],
+    )
+    # without dedup, every leaf pushes its shared segment at full weight
+    x = hand_tree_inputs()
+    close(tree(x, tree_algo(tree_dedup_shared=False)), x.segment_advantages.tolist())
+
+
+def test_tree_adds_the_group_normalised_outcome():
+    # outcome term r - .75 = [.25, -.75, .25, .25] (mean only), then weighted per segment:
+    #   a1: A (-.25 + .25) / 2 = 0,     own .5 + .25 = .75
+    #   a2: A (-.25 - .75) / 2 = -.5,   own -.5 - .75 = -1.25
+    #   b:  B (.25 + .25) / 2 = .25,    own 0 + .25 = .25
+    adv = tree(hand_tree_inputs(), tree_algo(tree_outcome_coef=1.0, normalize_std=False))
+    close(
+        adv,
+        [
+            [0, 0, 0, 0.75, 0.75],
+            [0, -0.5, -0.5, -1.25, -1.25],
+            [0, 0.25, 0.25, 0.25, 0.25],
+            [0, 0.25, 0.25, 0.25, 0.25],
+        ],
+    )
+    # with the std: unbiased std of [1, 0, 1, 1] is .5, so the term is [.5, -1.5, .5, .5];
+    # a2 with coef .5 (term .5 * -1.5 = -.75): A (-.25 - .75) / 2 = -.5, own -.5 - .75 = -1.25
+    adv = tree(hand_tree_inputs(), tree_algo(tree_outcome_coef=0.5))
+    term = 0.5 * -0.75 / (0.5 + EPS)  # coef * (r - mean) / (std + EPS)
+    close(adv[1], [0, (-0.25 + term) / 2, (-0.25 + term) / 2, -0.5 + term, -0.5 + term])
+    want = torch.tensor([0, -0.5, -0.5, -1.25, -1.25])
+    torch.testing.assert_close(adv[1], want, atol=1e-5, rtol=0)  # EPS aside
+
+
+def test_tree_is_zero_off_the_mask_and_needs_its_fields():
+    x = hand_tree_inputs()
+    x.loss_mask = torch.tensor([[0, 1, 0, 1, 0]] * 4, dtype=torch.float32)
+    adv = tree(x, tree_algo())
+    close(
+        adv,
+        [
+            [0, -0.125, 0, 0.5, 0],
+            [0, -0.125, 0, -0.5, 0],
+            [0, 0.125, 0, 0, 0],
+            [0, 0.125, 0, 0, 0],
+        ],
+    )
+    x.segment_weights = None
+    with pytest.raises(ValueError, match="segment_weights"):
+        tree(x, tree_algo())
+    assert ADVANTAGES["tree"] is tree and tree.min_group_size == 2

@@ -5,7 +5,7 @@ import torch
 
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.hf_engine import sampling_logprobs
-from rlvr.rollout.runner import encode_prompt
+from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.logprobs import token_logprobs
 
 

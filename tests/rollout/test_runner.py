@@ -2,7 +2,7 @@ import threading
 
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
-from rlvr.rollout.runner import encode_prompt
+from rlvr.rollout.tokens import encode_prompt
 from rlvr.types import Problem, Score, StepResult
 
 
