@@ -2,9 +2,15 @@
 
 from rlvr.envs.base import Env
 from rlvr.envs.guess_number import GuessNumberEnv
+from rlvr.envs.nim import NimEnv
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.envs.tool_env import ToolEnv
 
-ENVS = {"single_turn": SingleTurnEnv, "guess_number": GuessNumberEnv, "tool": ToolEnv}
+ENVS = {
+    "single_turn": SingleTurnEnv,
+    "guess_number": GuessNumberEnv,
+    "nim": NimEnv,
+    "tool": ToolEnv,
+}
 
-__all__ = ["ENVS", "Env", "GuessNumberEnv", "SingleTurnEnv", "ToolEnv"]
+__all__ = ["ENVS", "Env", "GuessNumberEnv", "NimEnv", "SingleTurnEnv", "ToolEnv"]

@@ -5,6 +5,7 @@ from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
+from rlvr.tasks.nim import NimTask
 from rlvr.tasks.reasoning_gym import ReasoningGymTask
 from rlvr.tasks.search_qa import SearchQATask
 
@@ -14,6 +15,7 @@ __all__ = [
     "CountdownTask",
     "GuessNumberTask",
     "JsonlTask",
+    "NimTask",
     "ReasoningGymTask",
     "SearchQATask",
     "Task",
@@ -24,6 +26,7 @@ TASKS: dict[str, type[Task]] = {
     "countdown": CountdownTask,
     "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
+    "nim": NimTask,
     "reasoning_gym": ReasoningGymTask,
     "search_qa": SearchQATask,
 }

@@ -23,6 +23,10 @@ def evaluate(
         "eval/reward": sum(t.reward for t in greedy) / len(greedy),
         "eval/response_length": sum(t.num_generated for t in greedy) / len(greedy),
     }
+    solved = [len(t.turn_rewards) for t in greedy if t.correct]
+    if any(len(t.turn_rewards) > 1 for t in greedy):  # multi-turn: how fast it gets there
+        metrics["eval/turns"] = sum(len(t.turn_rewards) for t in greedy) / len(greedy)
+        metrics["eval/turns_per_solved"] = sum(solved) / len(solved) if solved else 0.0
     if k > 1:
         sampled = runner.collect(problems, k, (seed, EVAL_STREAM, step))
         correct: dict[int, int] = defaultdict(int)

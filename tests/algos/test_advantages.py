@@ -590,3 +590,21 @@ def test_tree_is_zero_off_the_mask_and_needs_its_fields():
     with pytest.raises(ValueError, match="segment_weights"):
         tree(x, tree_algo())
     assert ADVANTAGES["tree"] is tree and tree.min_group_size == 2
+
+
+def test_gae_golden_two_turns_with_an_observation_gap():
+    # tokens: prompt p p | turn 1 a a | observation o o | turn 2 b b; turn rewards on each
+    # turn's last token (0.1, then the outcome 1.0); the recursion skips the observation, so
+    # turn 1's last token bootstraps from turn 2's first value.
+    # gamma .9, lam .8:
+    #   A7 = 1 - .2 = .8
+    #   A6 = .9*.2 - .3 + .72*.8 = .456
+    #   A3 = .1 + .9*.3 - .4 + .72*.456 = .29832
+    #   A2 = .9*.4 - .5 + .72*.29832 = .0747904
+    x = inputs([1.1], [0], [[0, 0, 1, 1, 0, 0, 1, 1]])
+    x.token_rewards = torch.tensor([[0, 0, 0, 0.1, 0, 0, 0, 1.0]])
+    x.values = torch.tensor([[0, 0, 0.5, 0.4, 0, 0, 0.3, 0.2]])
+    adv, returns = gae_returns(x, AlgoConfig(gamma=0.9, lam=0.8))
+    expected = torch.tensor([[0, 0, 0.0747904, 0.29832, 0, 0, 0.456, 0.8]])
+    torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(returns, (expected + x.values) * x.loss_mask, atol=1e-6, rtol=0)
