@@ -16,7 +16,7 @@ class GuessNumberParams(BaseModel):
         16, ge=2, le=1000, description="The secret is drawn from 1..max_number."
     )
     max_guesses: int = Field(
-        5, ge=1, description="Guesses allowed; the episode fails after the last wrong one."
+        8, ge=1, description="Guesses allowed; the episode fails after the last wrong one."
     )
     consistency_reward: float = Field(
         0.1,
@@ -54,8 +54,8 @@ class GuessNumberTask:
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> list[Message]:
         """Replies "range lo-hi, guess g" with the env's feedback between them: binary search
-        (g the midpoint), or, flawed, a linear scan from the bottom (g = lo) that runs out of
-        guesses when the secret is high."""
+        (g the midpoint), or, flawed, a linear scan from the bottom (g = lo), which is slower
+        and runs out of guesses when the secret is high."""
         secret, low, high = int(problem.answer), 1, self.params.max_number
         messages: list[Message] = []
         for turn in range(self.params.max_guesses):

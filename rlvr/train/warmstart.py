@@ -18,7 +18,9 @@ from transformers import get_cosine_schedule_with_warmup
 
 from rlvr.config import Config
 from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.registry import lookup
 from rlvr.rollout.tokens import Conversation
+from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 
 COMPLETE = "COMPLETE"
@@ -30,11 +32,13 @@ def rlvr_home() -> Path:
 
 def warm_start_key(cfg: Config) -> str:
     m = cfg.model
+    task_cls = lookup(TASKS, cfg.task.name, "task.name", group="rlvr.tasks")
     settings = {
-        "format": 2,  # bump when the tokenizer, template or SFT recipe changes
+        "format": 3,  # bump when the tokenizer, template or SFT recipe changes
         "preset": m.preset,
         "task": cfg.task.name,
-        "params": cfg.task.params,
+        # resolved, defaults included: a changed default must not reuse a stale warm start
+        "params": task_cls.Params.model_validate(cfg.task.params).model_dump(mode="json"),
         "steps": m.pretrain_steps,
         "batch": m.pretrain_batch_size,
         "lr": m.pretrain_lr,

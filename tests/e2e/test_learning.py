@@ -46,3 +46,18 @@ def test_ppo_with_a_critic_learns_the_same_task(rlvr_home, tmp_path, monkeypatch
     ])  # fmt: skip
     summary = Trainer(cfg).run()
     assert summary["final_eval"]["eval/accuracy"] >= summary["base_eval"]["eval/accuracy"] + 0.25
+
+
+def test_grpo_learns_the_multi_turn_guessing_game(rlvr_home, tmp_path, monkeypatch):
+    """Warm-started on a mix of binary search and a linear scan that runs out of guesses, the
+    tiny model must win more games, in fewer turns, after a few RL steps."""
+    monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
+    cfg = load_config(ROOT / "examples" / "guess_number.toml", [
+        "model.pretrain_steps=300", "model.pretrain_batch_size=32", "train.steps=12",
+        "train.eval_every=0",
+        f"log.run_dir={tmp_path}", "log.quiet=true",
+    ])  # fmt: skip
+    summary = Trainer(cfg).run()
+    base, final = summary["base_eval"], summary["final_eval"]
+    assert final["eval/accuracy"] >= base["eval/accuracy"] + 0.2
+    assert final["eval/turns"] < base["eval/turns"]

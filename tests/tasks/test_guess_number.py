@@ -24,7 +24,7 @@ def test_binary_search_demonstrations_always_win_and_the_linear_scan_often_loses
         won[flawed] = sum(r.info["correct"] for r, _ in games) / 100
         turns[flawed] = statistics.mean(n for _, n in games)
     assert won[False] == 1.0 and turns[False] <= 5
-    assert won[True] < 0.5  # a scan from the bottom finds 1..5 only
+    assert won[True] < 0.65  # a scan from the bottom finds 1..8 only
     assert turns[True] > turns[False]
 
 

@@ -1,6 +1,6 @@
 from rlvr.config import load_config
 from rlvr.train.setup import build_task
-from rlvr.train.warmstart import ensure_warm_start, sft_example, warm_start_path
+from rlvr.train.warmstart import ensure_warm_start, sft_example, warm_start_key, warm_start_path
 
 
 def test_demonstration_example_trains_only_the_reply(tokenizer):
@@ -24,3 +24,15 @@ def test_warm_start_is_cached_by_settings(tmp_path, monkeypatch):
         None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4", "task.digits=2"]
     )
     assert warm_start_path(other) != path
+
+
+def test_warm_start_key_follows_resolved_task_settings():
+    # Keyed on the settings with defaults filled in: spelling out a default changes nothing,
+    # so a changed default cannot reuse a model warm-started under the old one.
+    implicit = warm_start_key(load_config(None, ["task.name=guess_number"]))
+    assert warm_start_key(load_config(None, ["task.name=guess_number", "task.max_guesses=8"])) == (
+        implicit
+    )
+    assert warm_start_key(load_config(None, ["task.name=guess_number", "task.max_guesses=6"])) != (
+        implicit
+    )
