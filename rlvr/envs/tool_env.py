@@ -8,25 +8,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlvr.envs.base import Env
-from rlvr.envs.tools import CALL_FORMAT, Tool, ToolCallError, find_tool_calls, parse_tool_call
+from rlvr.envs.tools import (
+    Tool,
+    ToolCallError,
+    describe_tools,
+    find_calls,
+    function_schema,
+    parse_tool_call,
+)
 from rlvr.types import Message, Problem, StepResult
 
 
-def signature(tool: Tool) -> str:
-    """`name(arg: type, opt?: type): description`, a compact stand-in for the JSON schema."""
-    properties = tool.parameters.get("properties", {})
-    required = set(tool.parameters.get("required", []))
-    args = ", ".join(
-        f"{key}{'' if key in required else '?'}: {spec.get('type', 'any')}"
-        for key, spec in properties.items()
-    )
-    return f"{tool.name}({args}): {tool.description}"
-
-
 def describe(tools: Sequence[Tool]) -> str:
-    """The system text that teaches the call format; kept short for small context windows."""
-    lines = [f"Call a tool by replying {CALL_FORMAT}; its result comes back. Tools:"]
-    return "\n".join(lines + [signature(tool) for tool in tools])
+    """The system text that teaches the tagged call format (see `describe_tools`)."""
+    return describe_tools([function_schema(tool) for tool in tools])
 
 
 def call_with_timeout(tool: Tool, arguments: dict[str, Any], timeout: float) -> tuple[str, bool]:
@@ -53,10 +48,18 @@ def call_with_timeout(tool: Tool, arguments: dict[str, Any], timeout: float) -> 
 class ToolEnv:
     """Any env with tools: calls get results back, the first reply without one is the answer.
 
-    `reset` puts a description of `tools` first in the system message. A reply with
-    `<tool_call>`s runs each one and observes one {"role": "tool"} message per call
-    (a list when there are several), reward 0, not done, info {"tool_calls", "tool_errors"}.
-    A reply without calls goes to `inner.step` and is scored there.
+    The tools are `tool_schemas` (OpenAI-style function schemas); `reset` returns the inner
+    env's messages unchanged. Whoever renders the episode passes `tool_schemas` to the token
+    layer (`Conversation(..., tools=env.tool_schemas)`), which shows them with the chat
+    template's own tool block where it has one (Qwen2.5, Llama 3.1) and otherwise as a
+    description of the `<tool_call>` format first in the system message (`describe`).
+
+    A reply with `<tool_call>`s, or that is a Llama 3.1 JSON call
+    (`{"name": ..., "parameters": {...}}`, optionally after <|python_tag|>), runs each call and
+    observes one {"role": "tool"} message per call (a list when there are several), reward 0,
+    not done, info {"tool_calls", "tool_errors"}. "tool" is the role both families' templates
+    take for results (Llama 3.1's renders it as its `ipython` turn). A reply without calls goes
+    to `inner.step` and is scored there.
 
     Every call counts against `max_tool_calls`, failed ones included; past it a call is not run
     and its result says the budget is spent and to answer, so the episode goes on (a model that
@@ -77,27 +80,23 @@ class ToolEnv:
             raise ValueError(f"tool names must be unique, got {names}")
         self.inner, self.tools = inner, {tool.name: tool for tool in tools}
         self.max_tool_calls, self.timeout_seconds = max_tool_calls, timeout_seconds
-        self.system = describe(tools)
+        self.tool_schemas = [function_schema(tool) for tool in tools]
         self.calls = 0
 
     def reset(self, problem: Problem) -> list[Message]:
         self.calls = 0
-        messages = self.inner.reset(problem)
-        if messages and messages[0]["role"] == "system":
-            first = {"role": "system", "content": f"{self.system}\n\n{messages[0]['content']}"}
-            return [first, *messages[1:]]
-        return [{"role": "system", "content": self.system}, *messages]
+        return self.inner.reset(problem)
 
     def step(self, action_text: str) -> StepResult:
-        bodies = find_tool_calls(action_text)
+        bodies, call_format = find_calls(action_text)
         if not bodies:
             return self.inner.step(action_text)
-        results = [self._run(body) for body in bodies]
+        results = [self._run(body, call_format) for body in bodies]
         messages = [{"role": "tool", "content": text} for text, _ in results]
         info = {"tool_calls": len(results), "tool_errors": sum(failed for _, failed in results)}
         return StepResult(messages[0] if len(messages) == 1 else messages, 0.0, False, info)
 
-    def _run(self, body: str) -> tuple[str, bool]:
+    def _run(self, body: str, call_format: str) -> tuple[str, bool]:
         if self.calls >= self.max_tool_calls:
             return (
                 f"error: no tool calls left (limit {self.max_tool_calls}); give your final answer",
@@ -105,7 +104,7 @@ class ToolEnv:
             )
         self.calls += 1
         try:
-            call = parse_tool_call(body, self.tools)
+            call = parse_tool_call(body, self.tools, call_format)
         except ToolCallError as e:
             return f"error: {e}", True
         return call_with_timeout(self.tools[call.name], call.arguments, self.timeout_seconds)

@@ -1,8 +1,13 @@
-"""Tools a multi-turn agent can call, the tagged-JSON call format, and the built-in tools.
+"""Tools a multi-turn agent can call, the call formats it may write, and the built-in tools.
 
 A call is `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes format, Qwen's
-native one). Anything wrong with a call raises ToolCallError, whose message is written for the
-model: the env shows it as the tool's result instead of ending the episode.
+native one, and the format rlvr teaches templates without tool support), or Llama 3.1's native
+one: the whole reply is `{"name": ..., "parameters": {...}}`, optionally after <|python_tag|>.
+Anything wrong with a call raises ToolCallError, whose message is written for the model: the env
+shows it as the tool's result instead of ending the episode.
+
+How the tools are shown to the model is the token layer's choice (`rlvr.rollout.tokens.render`):
+the chat template's own tool block when it has one, else `describe_tools` in the system message.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import ast
 import json
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
@@ -26,6 +31,9 @@ from rlvr.rewards.sandbox import Limits, Sandbox
 # An unclosed tag at the very end still counts: engines that stop on "</tool_call>" drop it.
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+# Llama 3.1's JSON tool calling (custom tools): the reply is the call; <|python_tag|> may lead it.
+JSON_CALL_FORMAT = '{"name": ..., "parameters": {...}}'
+PYTHON_TAG = "<|python_tag|>"
 
 
 class Tool(Protocol):
@@ -58,17 +66,49 @@ def find_tool_calls(text: str) -> list[str]:
     return [m.group(1) for m in _TOOL_CALL.finditer(text)]
 
 
-def parse_tool_call(body: str, tools: Mapping[str, Tool]) -> ToolCall:
-    """One call's body as a ToolCall for one of `tools`; raises ToolCallError."""
+def find_json_call(text: str) -> str | None:
+    """The body of a Llama 3.1-style call, or None: `text` (stripped) is one JSON object with a
+    string "name" and "parameters" (or "arguments"). After <|python_tag|> (kept when the engine
+    decodes special tokens) whatever follows is a call, so a malformed one gets an error back."""
+    body = text.strip()
+    if body.startswith(PYTHON_TAG):
+        return body[len(PYTHON_TAG) :].strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return None
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return None  # an answer that happens to look like JSON
+    is_call = isinstance(data, dict) and isinstance(data.get("name"), str)
+    return body if is_call and ("parameters" in data or "arguments" in data) else None
+
+
+def find_calls(text: str) -> tuple[list[str], str]:
+    """(the bodies of the calls in `text`, the format they are written in): `<tool_call>` tags
+    when there are any, else a Llama 3.1 JSON call; no calls means the reply is an answer."""
+    bodies = find_tool_calls(text)
+    if bodies:
+        return bodies, CALL_FORMAT
+    body = find_json_call(text)
+    return ([body], JSON_CALL_FORMAT) if body is not None else ([], CALL_FORMAT)
+
+
+def parse_tool_call(
+    body: str, tools: Mapping[str, Tool], call_format: str = CALL_FORMAT
+) -> ToolCall:
+    """One call's body as a ToolCall for one of `tools`; raises ToolCallError, whose message
+    shows `call_format` (the format the model wrote the call in). The arguments are under
+    "arguments" (Hermes) or "parameters" (Llama 3.1)."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
         raise ToolCallError(
-            f"malformed tool call: invalid JSON ({e.msg} at character {e.pos}); write {CALL_FORMAT}"
+            f"malformed tool call: invalid JSON ({e.msg} at character {e.pos}); write {call_format}"
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise ToolCallError(f"malformed tool call: expected {CALL_FORMAT}")
-    name, arguments = data["name"], data.get("arguments", {})
+        raise ToolCallError(f"malformed tool call: expected {call_format}")
+    name = data["name"]
+    arguments = data["arguments"] if "arguments" in data else data.get("parameters", {})
     if name not in tools:
         raise ToolCallError(f"unknown tool '{name}'; available: {', '.join(tools)}")
     if not isinstance(arguments, dict):
@@ -79,7 +119,39 @@ def parse_tool_call(body: str, tools: Mapping[str, Tool]) -> ToolCall:
 
 def parse_tool_calls(text: str, tools: Mapping[str, Tool]) -> list[ToolCall]:
     """Every call in `text`; raises ToolCallError on the first one that cannot run."""
-    return [parse_tool_call(body, tools) for body in find_tool_calls(text)]
+    bodies, call_format = find_calls(text)
+    return [parse_tool_call(body, tools, call_format) for body in bodies]
+
+
+def function_schema(tool: Tool) -> dict[str, Any]:
+    """The tool as an OpenAI-style function schema, what `apply_chat_template(tools=...)` takes."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def signature(schema: Mapping[str, Any]) -> str:
+    """`name(arg: type, opt?: type): description`, a compact stand-in for the JSON schema."""
+    function = schema.get("function", schema)
+    parameters = function.get("parameters") or {}
+    required = set(parameters.get("required", []))
+    args = ", ".join(
+        f"{key}{'' if key in required else '?'}: {spec.get('type', 'any')}"
+        for key, spec in parameters.get("properties", {}).items()
+    )
+    return f"{function['name']}({args}): {function.get('description', '')}"
+
+
+def describe_tools(schemas: Sequence[Mapping[str, Any]]) -> str:
+    """The system text that teaches the tagged call format, for chat templates that cannot
+    render tools themselves; kept short for small context windows."""
+    lines = [f"Call a tool by replying {CALL_FORMAT}; its result comes back. Tools:"]
+    return "\n".join(lines + [signature(schema) for schema in schemas])
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

@@ -108,7 +108,8 @@ class EpisodeRunner:
         for group_id, problem in enumerate(problems):
             for _ in range(group_size):
                 env = self.make_env()
-                conversation = Conversation(self.tokenizer, env.reset(problem))
+                tools = getattr(env, "tool_schemas", None)
+                conversation = Conversation(self.tokenizer, env.reset(problem), tools=tools)
                 episodes.append(Episode(problem, group_id, len(episodes), env, conversation))
         for turn in range(self.max_turns):
             for episode in episodes:

@@ -28,6 +28,19 @@ qwen3_acc_thinking template does for the same reason); the cost is longer contex
 front-end would build, which `max_total_tokens` bounds. The delta itself is the template's own
 rendering of the observation turn, so the observation looks the same as in any other use.
 
+Tools are part of the rendering, decided here and nowhere else. An env with tools exposes them
+as `tool_schemas` (OpenAI-style function schemas), and the Conversation passes them to every
+rendering (prompt, placeholder and observation renderings alike). A template that renders tools
+itself (`renders_tools`: given a probe tool, its output shows it; Qwen2.5's <tools> block, Llama
+3.1's JSON function list) gets them as `apply_chat_template(tools=...)`, so the model sees its
+tools, and is asked for calls, the way its template was made to. Any other template (the tiny
+model's, Llama 3's, one with its tool block cut out) renders the messages with rlvr's own
+description of the tagged `<tool_call>` format first in the system message
+(`rlvr.envs.tools.describe_tools`). The env's messages are the same either way: `messages` never
+holds the description. ToolEnv reads two native call formats, Hermes `<tool_call>` tags (Qwen)
+and Llama 3.1's bare JSON; a model whose template asks for another (Mistral's [TOOL_CALLS], for
+one) gets its tools natively, but its calls read as answers.
+
 `TemplateError` is raised only when no correct delta exists: the template does not render the
 assistant content verbatim exactly once (so where it ends cannot be found), or what it renders
 after the assistant message changes with that message's content (the rendering with the real
@@ -37,6 +50,7 @@ reply does not end with the same text).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -45,28 +59,87 @@ from rlvr.types import Message
 # Stands in for the last reply's content when locating the end of the assistant message.
 _PLACEHOLDER = "[[rlvr:reply-placeholder]]"  # no whitespace: templates may trim content
 
+Tools = list[dict[str, Any]]  # OpenAI-style function schemas, as apply_chat_template takes them
+
+_PROBE_NAME = "rlvr_probe_tool"
+_PROBE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": _PROBE_NAME,
+            "description": "Checks whether the chat template renders tools.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+_RENDERS_TOOLS: dict[str, bool] = {}  # chat template source -> whether it renders tools
+
 
 class TemplateError(ValueError):
     """No correct token delta can be derived from the chat template for the next turn."""
 
 
+def renders_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template renders tools itself: a conversation rendered with a probe tool
+    shows the tool's name (a template without tool support ignores `tools`; one that raises on
+    them counts as without). Cached per template source."""
+    key = repr(tokenizer.chat_template)
+    if key not in _RENDERS_TOOLS:
+        probe = [{"role": "user", "content": "hi"}]
+        try:
+            text = tokenizer.apply_chat_template(
+                probe, tools=_PROBE_TOOLS, tokenize=False, add_generation_prompt=True
+            )
+        except Exception:  # e.g. raise_exception("tools are not supported")
+            text = ""
+        _RENDERS_TOOLS[key] = _PROBE_NAME in text
+    return _RENDERS_TOOLS[key]
+
+
+def with_tool_description(messages: list[Message], tools: Tools) -> list[Message]:
+    """`messages` with rlvr's description of `tools` and the tagged call format first in the
+    system message (a new one when there is none): tools for templates that cannot render them."""
+    # Imported here: rlvr.envs imports modules (rewards) that import this one.
+    from rlvr.envs.tools import describe_tools
+
+    text = describe_tools(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{text}\n\n{messages[0]['content']}"}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
 def render(
-    tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[Message],
+    generation_prompt: bool,
+    tools: Tools | None = None,
 ) -> str:
+    """The chat template's text of `messages`, with `tools` shown natively where the template
+    can, else described in the system message (see the module docstring)."""
+    if tools and renders_tools(tokenizer):
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
+    if tools:
+        messages = with_tool_description(messages, tools)
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=generation_prompt
     )
 
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, messages: list[Message], tools: Tools | None = None
+) -> list[int]:
     """Token ids of a conversation ready for the assistant to reply (the template adds BOS if any)."""
-    return tokenizer(render(tokenizer, messages, True), add_special_tokens=False)["input_ids"]
+    text = render(tokenizer, messages, True, tools)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass
 class Conversation:
     """Token ids, loss mask and behaviour logprobs of one episode, aligned per token, with the
-    messages they render; `turn_ends[k]` is one past the last policy token of turn k."""
+    messages they render; `turn_ends[k]` is one past the last policy token of turn k. `tools`
+    (the env's `tool_schemas`) goes to every rendering, natively or described (module docstring)."""
 
     tokenizer: PreTrainedTokenizerBase
     messages: list[Message]
@@ -75,10 +148,11 @@ class Conversation:
     logprobs: list[float] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)
     replies: list[list[int]] = field(default_factory=list)
+    tools: Tools | None = None
 
     def __post_init__(self):
         if not self.token_ids:
-            self.token_ids = encode_prompt(self.tokenizer, self.messages)
+            self.token_ids = encode_prompt(self.tokenizer, self.messages, self.tools)
         self.loss_mask = [0] * len(self.token_ids)
         self.logprobs = [0.0] * len(self.token_ids)
 
@@ -101,6 +175,7 @@ class Conversation:
             tokenizer,
             [*self.messages, {"role": "assistant", "content": _PLACEHOLDER}, *added],
             True,
+            self.tools,
         )
         if marked.count(_PLACEHOLDER) != 1:
             raise TemplateError(
@@ -109,7 +184,7 @@ class Conversation:
                 "use a template that writes the assistant content as given, or a single-turn task."
             )
         closing = marked.split(_PLACEHOLDER)[1]
-        if not render(tokenizer, messages, True).endswith(closing):
+        if not render(tokenizer, messages, True, self.tools).endswith(closing):
             raise TemplateError(
                 "the chat template renders what follows an assistant message differently "
                 "depending on that message's content, so the tokens between turns are not "

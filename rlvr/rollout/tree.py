@@ -259,9 +259,10 @@ class TreeRunner(EpisodeRunner):
         trees, paths = [], []
         for group, problem in enumerate(problems):
             env = self.make_env()
+            tools = getattr(env, "tool_schemas", None)
             state = Episode(
                 problem, group, group * group_size, env,
-                Conversation(self.tokenizer, env.reset(problem)),
+                Conversation(self.tokenizer, env.reset(problem), tools=tools),
             )  # fmt: skip
             root = _Node(0, 0, len(state.conversation.token_ids), len(state.conversation.messages))
             trees.append(tree := _Tree(group, root, state, leaves))

@@ -61,9 +61,11 @@ def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[i
     problem = task.train_problem(index)
     demo = task.demonstration(problem, flawed=flawed)
     messages = [{"role": "assistant", "content": demo}] if isinstance(demo, str) else demo
-    # The prompt the env opens the episode with (a tool env adds its system message).
-    prompt = task.make_env(None, None).reset(problem) if hasattr(task, "make_env") else None
-    conversation = Conversation(tokenizer, prompt or problem.messages())
+    # The prompt the env opens the episode with, and its tools (rendered by the token layer).
+    env = task.make_env(None, None) if hasattr(task, "make_env") else None
+    prompt = env.reset(problem) if env is not None else None
+    tools = getattr(env, "tool_schemas", None)
+    conversation = Conversation(tokenizer, prompt or problem.messages(), tools=tools)
     pending: list = []  # observation messages since the last reply
     for message in messages:
         if message["role"] != "assistant":

@@ -9,6 +9,7 @@ from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.envs.tool_env import ToolEnv, describe
 from rlvr.envs.tools import Calculator, Search, ToolCall
 from rlvr.rewards import REWARDS, score_safely
+from rlvr.rollout.tokens import Conversation, encode_prompt, render, renders_tools
 from rlvr.types import Problem
 
 PROBLEM = Problem("p", "When was Ostwick founded?", answer="1300")
@@ -39,26 +40,48 @@ class Counting:
         return str(self.runs)
 
 
-def test_reset_adds_the_tool_description_as_system_message():
+def test_reset_keeps_the_messages_and_the_tools_are_function_schemas():
     env = ToolEnv(inner(), [SEARCH, Calculator()])
-    messages = env.reset(PROBLEM)
-    assert messages == [
-        {"role": "system", "content": describe([SEARCH, Calculator()])},
-        {"role": "user", "content": PROBLEM.prompt},
+    assert env.reset(PROBLEM) == PROBLEM.messages()
+    assert env.tool_schemas == [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in (SEARCH, Calculator())
     ]
-    system = messages[0]["content"]
+
+
+def test_without_native_tools_the_description_is_the_system_message(tokenizer):
+    # The tiny model's template cannot render tools: the token layer puts rlvr's description of
+    # the tagged format first, the same prompt ToolEnv.reset used to build itself.
+    env = ToolEnv(inner(), [SEARCH, Calculator()])
+    assert not renders_tools(tokenizer)
+    system = describe([SEARCH, Calculator()])
+    expected = [{"role": "system", "content": system}, {"role": "user", "content": PROBLEM.prompt}]
+    assert render(tokenizer, env.reset(PROBLEM), True, env.tool_schemas) == render(
+        tokenizer, expected, True
+    )
+    conversation = Conversation(tokenizer, env.reset(PROBLEM), tools=env.tool_schemas)
+    assert conversation.token_ids == encode_prompt(tokenizer, expected)
+    assert conversation.messages == PROBLEM.messages()  # the description is rendering only
     assert '<tool_call>{"name": ..., "arguments": {...}}</tool_call>' in system
     assert "\nsearch(query: string): Search the encyclopedia" in system
     assert "\ncalculator(expression: string): Evaluate" in system
 
 
-def test_reset_prepends_to_an_existing_system_message():
+def test_the_description_goes_first_in_an_existing_system_message(tokenizer):
     problem = Problem(
         "p", [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q"}]
     )
-    messages = ToolEnv(inner(), [SEARCH]).reset(problem)
-    assert messages[0]["content"] == describe([SEARCH]) + "\n\nBe brief."
-    assert messages[1:] == [{"role": "user", "content": "Q"}]
+    env = ToolEnv(inner(), [SEARCH])
+    expected = [
+        {"role": "system", "content": describe([SEARCH]) + "\n\nBe brief."},
+        {"role": "user", "content": "Q"},
+    ]
+    assert render(tokenizer, env.reset(problem), True, env.tool_schemas) == render(
+        tokenizer, expected, True
+    )
 
 
 def test_optional_arguments_are_marked():
@@ -83,6 +106,40 @@ def test_tool_call_then_final_answer_scored_by_the_inner_env():
     assert (step.reward, step.done, step.info) == (0.0, False, {"tool_calls": 1, "tool_errors": 0})
     final = env.step("It was founded in 1300. #### 1300")
     assert final.done and final.reward == 1.0 and final.info["correct"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"name": "search", "parameters": {"query": "Halby"}}',
+        ' <|python_tag|>{"name": "search", "parameters": {"query": "Halby"}}\n',
+        '{"name": "search", "arguments": {"query": "Halby"}}',
+    ],
+)
+def test_llama_json_call_is_run(reply):
+    env = ToolEnv(inner(), [SEARCH])
+    env.reset(PROBLEM)
+    step = env.step(reply)
+    assert step.observation == {"role": "tool", "content": "Halby: Founded 1410."}
+    assert (step.done, step.info) == (False, {"tool_calls": 1, "tool_errors": 0})
+
+
+def test_bad_llama_call_gets_an_error_in_its_own_format():
+    env = ToolEnv(inner(), [SEARCH])
+    env.reset(PROBLEM)
+    step = env.step('<|python_tag|>search.call(query="Halby")')
+    assert step.observation["content"].startswith("error: malformed tool call: invalid JSON")
+    assert step.observation["content"].endswith('write {"name": ..., "parameters": {...}}')
+    assert not step.done and step.info == {"tool_calls": 1, "tool_errors": 1}
+    wrong = env.step('{"name": "google", "parameters": {"query": "x"}}')
+    assert wrong.observation["content"] == "error: unknown tool 'google'; available: search"
+
+
+def test_json_that_is_not_a_call_is_an_answer():
+    env = ToolEnv(inner(), [SEARCH])
+    env.reset(PROBLEM)
+    step = env.step('{"answer": "#### 1300"}')
+    assert step.done and "tool_calls" not in step.info
 
 
 def test_answer_without_searching_goes_straight_to_the_inner_env():

@@ -7,6 +7,8 @@ from rlvr.envs.tools import (
     Search,
     ToolCall,
     ToolCallError,
+    describe_tools,
+    function_schema,
     parse_tool_calls,
     snippet,
     truncate,
@@ -59,6 +61,59 @@ def test_no_tags_no_calls_and_unclosed_final_tag_counts():
     assert calls('<tool_call>{"name": "lookup", "arguments": {"key": "a"}}') == [
         ToolCall("lookup", {"key": "a"})
     ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "lookup", "parameters": {"key": "a"}}',  # Llama 3.1's native call
+        '\n<|python_tag|>{"name": "lookup", "parameters": {"key": "a"}}  ',
+        '{"name": "lookup", "arguments": {"key": "a"}}',
+    ],
+)
+def test_a_reply_that_is_one_json_call_is_a_call(text):
+    assert calls(text) == [ToolCall("lookup", {"key": "a"})]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "lookup"}',  # neither parameters nor arguments: not a call
+        '{"key": "a", "parameters": {}}',
+        '{"name": "lookup", "parameters": {"key": "a"}',  # not JSON: an answer, not a call
+        'The call is {"name": "lookup", "parameters": {"key": "a"}}',
+        "[1, 2]",
+    ],
+)
+def test_json_that_is_not_the_whole_reply_or_not_a_call_is_no_call(text):
+    assert calls(text) == []
+
+
+def test_tags_win_over_a_json_reply_and_errors_name_the_format_used():
+    tagged = '<tool_call>{"name": "lookup", "arguments": {"key": "b"}}</tool_call>'
+    assert calls(tagged) == [ToolCall("lookup", {"key": "b"})]
+    with pytest.raises(ToolCallError, match=r'write \{"name": \.\.\., "parameters": \{\.\.\.\}\}$'):
+        calls('<|python_tag|>lookup.call(key="a")')
+    with pytest.raises(ToolCallError, match="unknown tool 'serch'"):
+        calls('{"name": "serch", "parameters": {"key": "a"}}')
+    with pytest.raises(ToolCallError, match="tool 'lookup': arguments must be a JSON object"):
+        calls('<|python_tag|>{"name": "lookup", "parameters": "key=a"}')
+
+
+def test_function_schema_and_its_description():
+    schema = function_schema(Lookup())
+    assert schema == {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a key up.",
+            "parameters": Lookup.parameters,
+        },
+    }
+    assert describe_tools([schema]) == (
+        'Call a tool by replying <tool_call>{"name": ..., "arguments": {...}}</tool_call>; '
+        "its result comes back. Tools:\nlookup(key: string, limit?: integer): Look a key up."
+    )
 
 
 def test_render_round_trips():

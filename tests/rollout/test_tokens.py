@@ -8,8 +8,10 @@ real ones; the chat templates are those families' templates, written out below.
 from __future__ import annotations
 
 import copy
+import json
 import random
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 import torch
@@ -18,10 +20,16 @@ from transformers import PreTrainedTokenizerFast
 
 from rlvr.algos.losses import LOSSES
 from rlvr.config import Config
+from rlvr.envs import tool_env
+from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.envs.tools import Calculator
 from rlvr.models.tiny import build_model, build_tokenizer
-from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
-from rlvr.rollout.tokens import Conversation, TemplateError, encode_prompt, render
+from rlvr.rewards import REWARDS, score_safely
+from rlvr.rollout import Completion, EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout.tokens import Conversation, TemplateError, encode_prompt, render, renders_tools
+from rlvr.tasks.search_qa import SearchQAParams, SearchQATask
 from rlvr.train.update import UpdateInputs, micro_batch_loss
+from rlvr.train.warmstart import sft_example
 from rlvr.types import Batch, Problem, StepResult, Trajectory
 
 # ---------------------------------------------------------------- tokenizers and templates
@@ -82,12 +90,28 @@ def bpe_tokenizer(specials: list[str], added: list[str] = (), **roles) -> PreTra
     return tokenizer
 
 
-# Qwen2.5-Instruct's template: default system prompt, `tool` messages grouped into one user turn.
+# Qwen2.5-Instruct's template: default system prompt, the <tools> block when given tools,
+# `tool` messages grouped into one user turn.
 QWEN25_TEMPLATE = r"""
-{%- if messages[0]['role'] == 'system' %}
-    {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- else %}
-    {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
 {%- endif %}
 {%- for message in messages %}
     {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
@@ -135,6 +159,121 @@ LLAMA3_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
     "{% endif %}"
 )
+
+# Llama 3.1-Instruct's template (meta-llama/Llama-3.1-8B-Instruct, revision 0e9e39f): with
+# `tools` (or `custom_tools`) it adds "Environment: ipython" and lists the tools as indented JSON
+# in the first user turn; a call is the JSON {"name": ..., "parameters": ...}; `tool` and
+# `ipython` results both become an ipython turn, their content written with tojson.
+LLAMA31_TEMPLATE = r"""{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
 
 # Qwen3's template (tools header left out): the <think> block of an assistant turn is kept only
 # after the last real user query (tool responses do not count as one); earlier assistant turns
@@ -226,6 +365,7 @@ LLAMA3_SPECIALS = [
     "<|end_header_id|>",
     "<|eot_id|>",
 ]
+LLAMA31_SPECIALS = [*LLAMA3_SPECIALS, "<|eom_id|>", "<|python_tag|>"]
 
 
 @dataclass
@@ -256,14 +396,14 @@ def make_family(name: str) -> Family:
     chatml = ("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n")
     if name == "tiny":
         return Family(build_tokenizer(), "<|end|>", "", "<|user|>", "<|end|><|assistant|>")
-    if name == "llama3":
+    if name in ("llama3", "llama31"):
         tokenizer = bpe_tokenizer(
-            LLAMA3_SPECIALS,
+            LLAMA3_SPECIALS if name == "llama3" else LLAMA31_SPECIALS,
             bos_token="<|begin_of_text|>",
             eos_token="<|eot_id|>",
             pad_token="<|end_of_text|>",
         )
-        tokenizer.chat_template = LLAMA3_TEMPLATE
+        tokenizer.chat_template = LLAMA3_TEMPLATE if name == "llama3" else LLAMA31_TEMPLATE
         header = "<|start_header_id|>user<|end_header_id|>\n\n"
         footer = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
         return Family(tokenizer, "<|eot_id|>", "", header, footer)
@@ -275,7 +415,7 @@ def make_family(name: str) -> Family:
     return Family(tokenizer, "<|im_end|>\n", "\n", *chatml)
 
 
-FAMILIES = {name: make_family(name) for name in ("chatml", "llama3", "qwen3", "tiny")}
+FAMILIES = {name: make_family(name) for name in ("chatml", "llama3", "llama31", "qwen3", "tiny")}
 
 
 # ---------------------------------------------------------------- episodes turn by turn
@@ -608,6 +748,183 @@ def test_observation_and_prompt_tokens_get_exactly_zero_gradient():
     assert (per_position[~predicts_policy_token] == 0).all()
     assert (per_position[predicts_policy_token] > 0).all()
     assert int(predicts_policy_token.sum()) == sum(t.num_generated for t in trajectories)
+
+
+# ---------------------------------------------------------------- tools: the template's own, or described
+
+TOOL_PROBLEM = Problem("calc", "What is 12 plus 30? End with #### answer.", answer="42")
+TAGGED_CALL = (
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call>'
+)
+LLAMA_CALL = '{"name": "calculator", "parameters": {"expression": "12 + 30"}}'
+ANSWER = "12 plus 30 is 42. #### 42"
+NATIVE_CALLS = {"chatml": TAGGED_CALL, "llama31": LLAMA_CALL}  # each family's own call format
+# How each template lists a tool (transformers' tojson is json.dumps), and writes its result.
+NATIVE_LISTINGS = {
+    "chatml": lambda schema: f"<tools>\n{json.dumps(schema)}\n</tools>",
+    "llama31": lambda schema: f"{json.dumps(schema, indent=4)}\n\n{TOOL_PROBLEM.prompt}<|eot_id|>",
+}
+RESULT_TURNS = {
+    "chatml": "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "llama31": '<|start_header_id|>ipython<|end_header_id|>\n\n"42"<|eot_id|>'
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+}
+
+
+def calculator_env() -> tool_env.ToolEnv:
+    exact = partial(score_safely, REWARDS["exact"])
+    return tool_env.ToolEnv(SingleTurnEnv(exact, exact), [Calculator()])
+
+
+def play_env(family: Family, env, replies: list[list[int]]) -> tuple[Played, StepResult]:
+    """Drive `env` with the replies' tokens as the runner does: the env reads the text an engine
+    decodes, and the Conversation, opened with the env's tools, takes its observations."""
+    messages = env.reset(TOOL_PROBLEM)
+    conversation = Conversation(family.tokenizer, copy.deepcopy(messages), tools=env.tool_schemas)
+    prompts = []
+    for reply in replies:
+        prompts.append(list(conversation.token_ids))
+        conversation.add_reply(reply)
+        text = family.tokenizer.decode(reply, skip_special_tokens=True)
+        messages.append({"role": "assistant", "content": text})
+        step = env.step(text)
+        if not step.done:
+            assert conversation.add_observation(step.observation)
+            messages.append(step.observation)
+    return Played(conversation, prompts, list(replies), messages), step
+
+
+def test_which_templates_render_tools_themselves():
+    assert {name: renders_tools(f.tokenizer) for name, f in FAMILIES.items()} == {
+        "chatml": True,  # Qwen2.5's <tools> block
+        "llama3": False,
+        "llama31": True,  # JSON function list in the first user turn
+        "qwen3": False,  # its tools header is left out above
+        "tiny": False,
+    }
+
+
+def test_a_template_that_refuses_tools_gets_them_described():
+    tok = build_tokenizer()
+    tok.chat_template = (
+        "{% if tools %}{{ raise_exception('no tools') }}{% endif %}" + tok.chat_template
+    )
+    env = calculator_env()
+    assert not renders_tools(tok)
+    system = {"role": "system", "content": tool_env.describe([Calculator()])}
+    described = [system, *TOOL_PROBLEM.messages()]
+    assert render(tok, TOOL_PROBLEM.messages(), True, env.tool_schemas) == render(
+        tok, described, True
+    )
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama31"])
+def test_native_tool_episode_equals_the_templates_rendering_with_tools(name):
+    family, env = FAMILIES[name], calculator_env()
+    tok, schemas = family.tokenizer, env.tool_schemas
+    played, last = play_env(family, env, [family.reply(NATIVE_CALLS[name]), family.reply(ANSWER)])
+    check_policy_spans(played)  # the loss mask covers exactly the two replies
+    assert last.done and last.reward == 1.0 and last.info["correct"]
+    c = played.conversation
+    assert c.messages == played.messages[:-1]
+
+    # The prompt, every turn's delta and so the whole episode are the template's rendering with
+    # tools=: turn by turn equals the whole conversation, closed after the last reply.
+    prompt = tok.apply_chat_template(
+        played.messages[:1], tools=schemas, tokenize=False, add_generation_prompt=True
+    )
+    assert played.prompts[0] == family.ids(prompt)
+    assert tok.decode(played.prompts[1][c.turn_ends[0] :]) == RESULT_TURNS[name]
+    rendered = tok.apply_chat_template(played.messages, tools=schemas, tokenize=False)
+    assert family.ids(rendered) == c.token_ids + family.ids(family.after_eos)
+
+    # The tool is listed once, as the template writes it, and rlvr's description is nowhere.
+    text = tok.decode(c.token_ids)
+    assert text.count(NATIVE_LISTINGS[name](schemas[0])) == 1
+    assert text.count('"description": "Evaluate an arithmetic expression') == 1
+    assert "Call a tool by replying" not in text and "calculator(expression" not in text
+
+
+def test_llama31_call_after_python_tag_that_stopped_on_eom_is_kept_as_sampled():
+    # With tools, Llama 3.1's system turn says "Environment: ipython": the model may open a call
+    # with <|python_tag|> and end it with <|eom_id|>. Both stay in the episode as sampled; the
+    # env reads the call from the decoded text; the template then closes the turn its own way.
+    family = FAMILIES["llama31"]
+    tok = family.tokenizer
+    tag, eom = tok.convert_tokens_to_ids(["<|python_tag|>", "<|eom_id|>"])
+    call = [tag, *family.ids(LLAMA_CALL), eom]
+    played, last = play_env(family, calculator_env(), [call, family.reply(ANSWER)])
+    check_policy_spans(played)
+    assert last.done and last.info["correct"]
+    c = played.conversation
+    assert "Environment: ipython\n" in tok.decode(played.prompts[0])
+    delta = tok.decode(played.prompts[1][c.turn_ends[0] :])
+    assert delta == "<|eot_id|>" + RESULT_TURNS["llama31"]
+
+
+@pytest.mark.parametrize("name", ["llama3", "qwen3", "tiny"])
+def test_templates_without_tool_support_get_the_tools_described_in_the_system_message(name):
+    family, env = FAMILIES[name], calculator_env()
+    tok = family.tokenizer
+    # Qwen3 renders a <think> block on the last turn: its replies think, so rendering agrees.
+    think = "<think>\nI should call the calculator tool.\n</think>\n\n" if name == "qwen3" else ""
+    replies = [family.reply(think + TAGGED_CALL), family.reply(think + ANSWER)]
+    played, last = play_env(family, env, replies)
+    check_policy_spans(played)
+    assert last.done and last.info["correct"]
+    c = played.conversation
+    assert c.messages == played.messages[:-1]  # the description is rendering, not a message
+    system = {"role": "system", "content": tool_env.describe([Calculator()])}
+    rendered = tok.apply_chat_template([system, *played.messages], tokenize=False)
+    assert family.ids(rendered) == c.token_ids + family.ids(family.after_eos)
+    assert tok.decode(c.token_ids).count("calculator(expression: string): Evaluate") == 1
+
+
+class ScriptedReplies:
+    """An engine that replies with the scripted token ids of each turn, whatever the prompt."""
+
+    def __init__(self, tokenizer, replies: list[list[int]], generation_prompt: str):
+        self.tokenizer, self.replies, self.generation_prompt = tokenizer, replies, generation_prompt
+
+    def generate(self, prompts, params, seeds=None):
+        completions = []
+        for ids in prompts:
+            reply = self.replies[self.tokenizer.decode(ids).count(self.generation_prompt) - 1]
+            text = self.tokenizer.decode(reply, skip_special_tokens=True)
+            completions.append(Completion(reply, [0.0] * len(reply), "eos", text))
+        return completions
+
+
+def test_the_runner_renders_the_envs_tools_natively():
+    family = FAMILIES["chatml"]
+    tok = family.tokenizer
+    replies = [family.reply(TAGGED_CALL), family.reply(ANSWER)]
+    engine = ScriptedReplies(tok, replies, "<|im_start|>assistant\n")
+    runner = EpisodeRunner(engine, tok, calculator_env, SamplingParams(64), max_turns=3)
+    [t] = runner.collect([TOOL_PROBLEM], 1, seed=(0,))
+    assert t.correct and t.info["ended_by"] == "done" and t.info["tool_calls"] == 1
+    c = play_env(family, calculator_env(), replies)[0].conversation
+    assert t.token_ids == c.token_ids and t.loss_mask == c.loss_mask
+    assert "<tools>" in tok.decode(t.token_ids)
+
+
+def test_warm_start_demonstrations_render_the_tasks_tools_natively():
+    family = FAMILIES["chatml"]
+    tok = family.tokenizer
+    task = SearchQATask(SearchQAParams(), seed=0, eval_size=40)
+    ids, mask = sft_example(tok, task, 0, flawed=False)
+    problem, env = task.train_problem(0), task.make_env(None, None)
+    demo = task.demonstration(problem)
+    rendered = tok.apply_chat_template(
+        [*env.reset(problem), *demo], tools=env.tool_schemas, tokenize=False
+    )
+    assert family.ids(rendered) == ids + family.ids(family.after_eos)
+    replies = [family.reply(m["content"]) for m in demo if m["role"] == "assistant"]
+    assert sum(mask) == sum(len(r) for r in replies)
+    text = tok.decode(ids)
+    assert text.count(f"<tools>\n{json.dumps(env.tool_schemas[0])}\n</tools>") == 1
+    assert "Call a tool by replying" not in text
 
 
 # ---------------------------------------------------------------- budgets through the runner

@@ -3,13 +3,14 @@ from functools import partial
 import pytest
 
 from rlvr.envs.encyclopedia import DOCUMENTS, TOWNS
-from rlvr.envs.tool_env import ToolEnv
+from rlvr.envs.tool_env import ToolEnv, describe
 from rlvr.rewards import REWARDS, score_safely
 from rlvr.rollout.engine import Completion, SamplingParams
 from rlvr.rollout.runner import EpisodeRunner
 from rlvr.rollout.tokens import render
 from rlvr.tasks import TASKS
 from rlvr.tasks.search_qa import QUESTIONS, SearchQAParams, SearchQATask
+from rlvr.train.warmstart import sft_example
 
 
 def task(seed=0, eval_size=40, **params):
@@ -120,8 +121,23 @@ def test_whole_episodes_fit_the_tiny_model(tokenizer):
     for p in every_problem(t):
         demo = t.demonstration(p)
         assert sum(len(m["content"]) for m in demo) < 200
-        episode = render(tokenizer, make_env(t).reset(p) + demo, False)
+        env = make_env(t)  # the tiny template gets the tools described in the system message
+        episode = render(tokenizer, env.reset(p) + demo, False, env.tool_schemas)
+        assert "search(query: string)" in episode
         assert len(tokenizer(episode, add_special_tokens=False)["input_ids"]) < 480
+
+
+def test_warm_start_demonstrations_keep_the_tiny_models_layout(tokenizer):
+    # The token layer now describes the tools (ToolEnv.reset no longer does); for the tiny
+    # model's template the demonstrations' tokens are the same as before, so cached warm
+    # starts stay valid.
+    t = task()
+    for index in range(3):
+        ids, _ = sft_example(tokenizer, t, index, flawed=False)
+        p = t.train_problem(index)
+        system = {"role": "system", "content": describe([t.search])}
+        before = render(tokenizer, [system, *p.messages(), *t.demonstration(p)], False)
+        assert ids == tokenizer(before, add_special_tokens=False)["input_ids"]
 
 
 class ScriptedEngine:
