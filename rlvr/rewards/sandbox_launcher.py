@@ -73,6 +73,10 @@ def build_root(spec: dict) -> None:
     root = spec["mountpoint"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    # The private /tmp first: a venv or checkout under the host's /tmp is then bound inside it.
+    os.makedirs(root + "/tmp")
+    tmp_options = f"size={spec['limits']['disk_mb']}m,mode=1777"
+    mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_options)
     for path in sorted(spec["binds"], key=len):  # parents first
         if os.path.lexists(path) and not os.path.lexists(root + path):
             bind_read_only(path, root)
@@ -87,14 +91,6 @@ def build_root(spec: dict) -> None:
         mount("proc", root + "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:
         pass  # a kernel that refuses a new procfs here leaves /proc empty, which isolates too
-    os.makedirs(root + "/tmp")
-    mount(
-        "tmpfs",
-        root + "/tmp",
-        "tmpfs",
-        MS_NOSUID | MS_NODEV,
-        f"size={spec['limits']['disk_mb']}m,mode=1777",
-    )
     mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(root)
     workdir = "/tmp/work"
@@ -106,10 +102,12 @@ def build_root(spec: dict) -> None:
             f.write(content)
     with open("/tmp/.stdin", "w") as f:
         f.write(spec["stdin"])
-    if spec["uid"] is not None:
-        for directory, _, names in os.walk("/tmp"):
-            for name in [directory] + [os.path.join(directory, n) for n in names]:
-                os.chown(name, spec["uid"], spec["uid"])
+    if spec["uid"] is not None:  # what the program owns: /tmp, its work dir and its stdin
+        owned = ["/tmp", "/tmp/.stdin"]
+        for directory, _, names in os.walk(workdir):
+            owned += [directory] + [os.path.join(directory, n) for n in names]
+        for name in owned:
+            os.chown(name, spec["uid"], spec["uid"])
     os.chdir(workdir)
 
 

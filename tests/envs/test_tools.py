@@ -191,13 +191,13 @@ def test_calculator(expression, result):
 
 
 @pytest.fixture(scope="module")
-def python_tool():
+def python_tool(skip_without_namespaces):
     try:
         return PythonTool(
             Limits(wall_seconds=1.5, cpu_seconds=1.0, max_output_kb=64), max_chars=200
         )
     except SandboxUnavailableError as e:
-        pytest.skip(f"no isolation on this machine: {e}")
+        skip_without_namespaces(e)
 
 
 def test_python_tool_output(python_tool):

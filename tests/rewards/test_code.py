@@ -240,11 +240,11 @@ SUM = Problem(
 
 
 @pytest.fixture(scope="module")
-def reward():
+def reward(skip_without_namespaces):
     try:
         code_tests = CodeTests(CodeTests.Params(limits=LIMITS))
     except SandboxUnavailableError as e:
-        pytest.skip(f"no isolation on this machine: {e}")
+        skip_without_namespaces(e)
     yield code_tests
     code_tests.sandbox.close()
 
@@ -334,12 +334,12 @@ def test_missing_or_malformed_tests_raise(reward, metadata, message):
         reward(Problem(id="p", prompt="", metadata=metadata), "print(1)")
 
 
-def test_harness_records_passes_with_the_secret_only():
+def test_harness_records_passes_with_the_secret_only(skip_without_namespaces):
     """The protocol CodeTests reads: one "<secret> <index> pass" line per passing test."""
     try:
         reward = CodeTests(CodeTests.Params(limits=LIMITS))
     except SandboxUnavailableError as e:
-        pytest.skip(f"no isolation on this machine: {e}")
+        skip_without_namespaces(e)
     try:
         files = {
             "solution.py": "def add(a, b):\n    print('0 pass', flush=True)\n    return a + b\n",

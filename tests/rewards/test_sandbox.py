@@ -94,11 +94,11 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
 
 
 @pytest.fixture(scope="module")
-def sandbox():
+def sandbox(skip_without_namespaces):
     try:
         box = Sandbox(LIMITS, workers=16)
     except SandboxUnavailableError as e:
-        pytest.skip(f"no isolation on this machine: {e}")
+        skip_without_namespaces(e)
     yield box
     box.close()
 
@@ -950,11 +950,11 @@ def test_sandbox_refuses_to_start_without_namespaces():
 # The user-namespace path (what non-root users get), forced even when running as root
 
 
-def test_user_namespace_path_contains_the_attacks(world):
+def test_user_namespace_path_contains_the_attacks(world, skip_without_namespaces):
     try:
         box = Sandbox(LIMITS, workers=16, user_namespace=True)
     except SandboxUnavailableError as e:
-        pytest.skip(f"no user namespaces here: {e}")
+        skip_without_namespaces(e)
     userns_reward = CodeTests(CodeTests.Params(limits=LIMITS, workers=16))
     userns_reward.sandbox.close()
     userns_reward.sandbox = Sandbox(LIMITS, workers=16, user_namespace=True)
@@ -979,3 +979,29 @@ def test_user_namespace_path_contains_the_attacks(world):
         assert {s.value for s in outcome.scores[name].values()} == {0.0}, name
     for execution in outcome.reward_executions:
         assert "ESCAPED" not in execution.stdout + execution.stderr
+
+
+def test_a_bound_directory_under_the_host_tmp_is_visible_read_only(
+    tmp_path, monkeypatch, skip_without_namespaces
+):
+    # A venv or checkout under /tmp (as on CI runners) is bound inside the private /tmp.
+    shared = tmp_path / "venv"
+    shared.mkdir()
+    (shared / "lib.txt").write_text("from the host")
+    original = Sandbox._bind_paths
+    monkeypatch.setattr(Sandbox, "_bind_paths", lambda self: original(self) + [str(shared)])
+    try:
+        box = Sandbox(LIMITS, workers=2)
+    except SandboxUnavailableError as e:
+        skip_without_namespaces(e)
+    try:
+        result = box.run_python(
+            f"print(open({str(shared / 'lib.txt')!r}).read())\n"
+            "open('/tmp/scratch', 'w').write('ok')\n"
+            f"open({str(shared / 'new.txt')!r}, 'w')\n"
+        )
+    finally:
+        box.close()
+    assert result.stdout.strip() == "from the host"
+    assert "Read-only file system" in result.stderr
+    assert not (shared / "new.txt").exists()
