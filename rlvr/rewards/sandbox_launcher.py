@@ -80,6 +80,12 @@ def build_root(spec: dict) -> None:
     for path in sorted(spec["binds"], key=len):  # parents first
         if os.path.lexists(path) and not os.path.lexists(root + path):
             bind_read_only(path, root)
+    # The directories made inside the private /tmp to hold those binds are read-only too.
+    for top in {"/tmp/" + p.split("/")[2] for p in spec["binds"] if p.startswith("/tmp/")}:
+        target = root + top
+        if os.path.isdir(target) and not os.path.ismount(target):
+            mount(target, target, None, MS_BIND | MS_REC)
+            mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.makedirs(root + "/dev", exist_ok=True)
     for device in DEVICES:
         open(root + device, "w").close()

@@ -981,8 +981,9 @@ def test_user_namespace_path_contains_the_attacks(world, skip_without_namespaces
         assert "ESCAPED" not in execution.stdout + execution.stderr
 
 
+@pytest.mark.parametrize("user_namespace", [False, True], ids=["root-path", "userns-path"])
 def test_a_bound_directory_under_the_host_tmp_is_visible_read_only(
-    tmp_path, monkeypatch, skip_without_namespaces
+    user_namespace, tmp_path, monkeypatch, skip_without_namespaces
 ):
     # A venv or checkout under /tmp (as on CI runners) is bound inside the private /tmp.
     shared = tmp_path / "venv"
@@ -991,17 +992,26 @@ def test_a_bound_directory_under_the_host_tmp_is_visible_read_only(
     original = Sandbox._bind_paths
     monkeypatch.setattr(Sandbox, "_bind_paths", lambda self: original(self) + [str(shared)])
     try:
-        box = Sandbox(LIMITS, workers=2)
+        box = Sandbox(LIMITS, workers=2, user_namespace=user_namespace)
     except SandboxUnavailableError as e:
         skip_without_namespaces(e)
     try:
         result = box.run_python(
             f"print(open({str(shared / 'lib.txt')!r}).read())\n"
             "open('/tmp/scratch', 'w').write('ok')\n"
+            "import os\n"
+            f"parent = {str(shared.parent)!r}\n"
+            "try:\n"
+            "    open(os.path.join(parent, 'beside.txt'), 'w')\n"
+            "    print('wrote beside the bind')\n"
+            "except OSError as e:\n"
+            "    print('refused beside:', e)\n"
             f"open({str(shared / 'new.txt')!r}, 'w')\n"
         )
     finally:
         box.close()
-    assert result.stdout.strip() == "from the host"
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "from the host"
+    assert lines[1].startswith("refused beside:")  # the directories holding the bind too
     assert "Read-only file system" in result.stderr
     assert not (shared / "new.txt").exists()
