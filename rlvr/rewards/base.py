@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,45 @@ def _is_finite_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
+class _Watchdog:
+    """Runs calls on reusable daemon threads and waits for each at most a timeout. Daemon,
+    because a hung reward cannot be interrupted, only abandoned (it keeps its thread, and a new
+    one takes its place); reusable, because starting a thread per call costs more than most
+    rewards."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], Score], timeout: float) -> Score | None:
+        """fn(), or None when it has not returned within `timeout` seconds."""
+        done, result = threading.Event(), []
+
+        def job() -> None:
+            try:
+                result.append(fn())
+            finally:
+                done.set()
+
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                threading.Thread(target=self._work, daemon=True, name="reward").start()
+        self._jobs.put(job)
+        return result[0] if done.wait(timeout) and result else None
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_WATCHDOG = _Watchdog()
+
+
 def score_safely(
     fn: RewardFn, problem: Problem, response: str, timeout: float | None = None
 ) -> Score:
@@ -38,16 +78,10 @@ def score_safely(
     can stop training."""
     if timeout is None:
         return _checked(fn, problem, response)
-    result: list[Score] = []
-    # A daemon thread, because a hung reward cannot be interrupted, only abandoned.
-    worker = threading.Thread(
-        target=lambda: result.append(_checked(fn, problem, response)), daemon=True
-    )
-    worker.start()
-    worker.join(timeout)
-    if not result:
+    score = _WATCHDOG.run(lambda: _checked(fn, problem, response), timeout)
+    if score is None:
         return Score(0.0, "timeout", {"error": f"reward did not return within {timeout:g} s"})
-    return result[0]
+    return score
 
 
 def _checked(fn: RewardFn, problem: Problem, response: str) -> Score:
