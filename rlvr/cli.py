@@ -62,9 +62,9 @@ def cmd_pretrain(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from rlvr.models.loading import load_model
+    from rlvr.models.loading import load_model, resolve_device
     from rlvr.train.evaluate import evaluate
-    from rlvr.train.setup import build_components, make_runner, resolve_device
+    from rlvr.train.setup import build_components, make_runner
 
     cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
     components = build_components(cfg)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -14,6 +16,29 @@ from transformers import (
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 POLICY_KEY = "model.name"
+
+
+class LoadSettings(BaseModel):
+    """How a helper model (reward model, judge) is loaded; their Params extend this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype of the model."
+    )
+    device: str = Field(
+        "auto",
+        description="Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:1', ...",
+    )
+    trust_remote_code: bool = Field(
+        False, description="Allow hub models that ship their own modelling code."
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 class ModelNotFoundError(RuntimeError):

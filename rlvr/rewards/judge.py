@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Literal
 
-import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.models.loading import load_model
+from rlvr.models.loading import LoadSettings, load_model, resolve_device
 from rlvr.rewards.batching import Batcher
 from rlvr.rollout.engine import Completion, Engine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
@@ -83,9 +81,7 @@ def _normalise(number: str, denominator: str, scale: float) -> float | None:
     return value / scale if 0 <= value <= scale else None
 
 
-class JudgeParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class JudgeParams(LoadSettings):
     model: str = Field(
         description="Hugging Face hub id or local directory of the judge: an instruct model "
         "with a chat template."
@@ -103,16 +99,6 @@ class JudgeParams(BaseModel):
         256, gt=0, description="Longest judge reply; a reply cut before its score is unusable."
     )
     batch_size: int = Field(16, gt=0, description="Most responses graded in one engine call.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameter dtype of the judge model."
-    )
-    device: str = Field(
-        "auto",
-        description="Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:1', ...",
-    )
-    trust_remote_code: bool = Field(
-        False, description="Allow hub models that ship their own modelling code."
-    )
 
     @field_validator("rubric")
     @classmethod
@@ -186,8 +172,7 @@ class HFJudge(LLMJudge):
 
     def __init__(self, params: JudgeParams):
         model, tokenizer = load_model(params.model, params.dtype, params.trust_remote_code, key=KEY)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = model.to(device if params.device == "auto" else params.device).eval()
+        model = model.to(resolve_device(params.device)).eval()
         super().__init__(
             HFEngine(model, tokenizer, params.batch_size),
             tokenizer,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -15,16 +14,20 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from rlvr.models.loading import DTYPES, ModelNotFoundError, explain_load_error
+from rlvr.models.loading import (
+    DTYPES,
+    LoadSettings,
+    ModelNotFoundError,
+    explain_load_error,
+    resolve_device,
+)
 from rlvr.rewards.batching import Batcher
 from rlvr.types import Problem, Score
 
 KEY = "task.reward_params.reward_model.model"
 
 
-class RewardModelParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RewardModelParams(LoadSettings):
     model: str = Field(
         description="Hugging Face hub id or local directory of a sequence-classification reward "
         "model with a single output (num_labels=1)."
@@ -38,16 +41,6 @@ class RewardModelParams(BaseModel):
     )
     batch_size: int = Field(
         16, gt=0, description="Most responses scored in one forward pass (padded together)."
-    )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameter dtype of the reward model."
-    )
-    device: str = Field(
-        "auto",
-        description="Torch device: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda:1', ...",
-    )
-    trust_remote_code: bool = Field(
-        False, description="Allow hub models that ship their own modelling code."
     )
 
 
@@ -95,8 +88,7 @@ class RewardModel:
         model, self.tokenizer = load_reward_model(
             params.model, params.dtype, params.trust_remote_code
         )
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = model.to(device if params.device == "auto" else params.device).eval()
+        self.model = model.to(resolve_device(params.device)).eval()
         # Left padding shifts absolute positions; a decoder must count them from each row's
         # first real token. (Right padding leaves them alone, and encoders like RoBERTa derive
         # their own from the input ids, so they get none.)

@@ -40,6 +40,23 @@ def seeded_rng(*parts: object) -> random.Random:
     return random.Random(":".join(map(str, parts)))
 
 
+class EpochOrder:
+    """Index -> item of a fixed pool, in a fresh seeded order each epoch, so the index alone
+    decides the item (a resumed run draws the same problems)."""
+
+    def __init__(self, items: list, seed: int):
+        self.items, self.seed = items, seed
+        self._epoch, self._order = -1, []
+
+    def __getitem__(self, index: int):
+        epoch, position = divmod(index, len(self.items))
+        if epoch != self._epoch:
+            order = list(range(len(self.items)))
+            seeded_rng(self.seed, "epoch", epoch).shuffle(order)
+            self._epoch, self._order = epoch, order
+        return self.items[self._order[position]]
+
+
 class GeneratedTask(ABC):
     """Base for tasks that draw problems at random: a unique eval set, and train draws that avoid it."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks.base import seeded_rng
+from rlvr.tasks.base import EpochOrder, seeded_rng
 from rlvr.types import Problem
 
 
@@ -155,16 +155,10 @@ class JsonlTask:
             raise ValueError(
                 f"{params.path}: no training rows left after holding out the eval rows"
             )
-        self._epoch, self._order = -1, []
+        self._train_order = EpochOrder(self._train, seed)
 
     def train_problem(self, index: int) -> Problem:
-        epoch, position = divmod(index, len(self._train))
-        if epoch != self._epoch:
-            # A fresh seeded order each epoch, so index alone decides the problem.
-            order = list(range(len(self._train)))
-            seeded_rng(self.seed, "epoch", epoch).shuffle(order)
-            self._epoch, self._order = epoch, order
-        return self._train[self._order[position]]
+        return self._train_order[index]
 
     def eval_problems(self) -> list[Problem]:
         return list(self._eval)

@@ -11,7 +11,7 @@ from rlvr.envs.encyclopedia import RIVERS, TOWNS, Town
 from rlvr.envs.single_turn import RewardFn, SingleTurnEnv
 from rlvr.envs.tool_env import ToolEnv
 from rlvr.envs.tools import Search, ToolCall
-from rlvr.tasks.base import seeded_rng
+from rlvr.tasks.base import EpochOrder, seeded_rng
 from rlvr.types import Message, Problem
 
 Kind = Literal["founded", "population", "river"]
@@ -58,7 +58,7 @@ class SearchQATask:
         seeded_rng(seed, "split").shuffle(problems)
         # Disjoint by question: a town may be asked about in train and, for another fact, in eval.
         self._eval, self._train = problems[:eval_size], problems[eval_size:]
-        self._epoch, self._order = -1, []
+        self._train_order = EpochOrder(self._train, seed)
 
     def _problem(self, town: Town, kind: str) -> Problem:
         return Problem(
@@ -70,13 +70,7 @@ class SearchQATask:
         )
 
     def train_problem(self, index: int) -> Problem:
-        epoch, position = divmod(index, len(self._train))
-        if epoch != self._epoch:
-            # A fresh seeded order each epoch, so index alone decides the problem.
-            order = list(range(len(self._train)))
-            seeded_rng(self.seed, "epoch", epoch).shuffle(order)
-            self._epoch, self._order = epoch, order
-        return self._train[self._order[position]]
+        return self._train_order[index]
 
     def eval_problems(self) -> list[Problem]:
         return list(self._eval)

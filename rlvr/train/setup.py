@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import torch
 from pydantic import BaseModel, ValidationError
 
 from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
@@ -209,9 +208,3 @@ def make_runner(
         **common, width=r.tree_width, depth=r.tree_depth, branch_at=r.tree_branch_at,
         scorer=scorer, min_segment_tokens=r.tree_min_segment_tokens,
     )  # fmt: skip
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)

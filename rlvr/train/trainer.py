@@ -27,7 +27,7 @@ from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
-from rlvr.models.loading import load_model
+from rlvr.models.loading import load_model, resolve_device
 from rlvr.rollout.runner import ENDINGS
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
@@ -37,7 +37,7 @@ from rlvr.train.display import Display
 from rlvr.train.evaluate import evaluate
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir
-from rlvr.train.setup import Components, build_components, make_runner, resolve_device
+from rlvr.train.setup import Components, build_components, make_runner
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import STATUSES, Batch, Trajectory
