@@ -4,7 +4,7 @@ import torch
 
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import load_config
-from rlvr.train.update import UpdateInputs, policy_update
+from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
 
@@ -29,7 +29,18 @@ def random_batch(tokenizer, size=8, seed=0):
     return Batch.from_trajectories(trajectories, tokenizer.pad_token_id)
 
 
-def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
+def run_update(
+    model,
+    tokenizer,
+    micro_batch_size,
+    epochs=2,
+    minibatches=2,
+    optimizer="adamw",
+    lr=1e-3,
+    max_grad_norm=1.0,
+):
+    """A copy of `model` after one policy_update on the random batch; its .grad holds the last
+    minibatch's accumulated (clipped) gradient."""
     cfg = load_config(
         None,
         [
@@ -38,16 +49,16 @@ def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
             f"algo.minibatches={minibatches}",
             "rollout.batch_size=8",
             "rollout.group_size=4",
+            f"train.max_grad_norm={max_grad_norm}",
         ],
     )
     model = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizers = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    optimizer = optimizers[optimizer](model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     batch = random_batch(tokenizer)
     advantages = (batch.rewards - 0.5)[:, None] * batch.loss_mask
     with torch.no_grad():
-        from rlvr.train.update import batch_logprobs
-
         old = batch_logprobs(model, batch, 8, 1.0)
     data = UpdateInputs(batch, advantages, old, None)
     result = policy_update(
@@ -56,19 +67,63 @@ def run_update(model, tokenizer, micro_batch_size, epochs=2, minibatches=2):
     return model, result
 
 
-def test_micro_batching_does_not_change_the_update(tiny_model, tokenizer):
-    whole, r1 = run_update(tiny_model, tokenizer, micro_batch_size=4)
-    split, r2 = run_update(tiny_model, tokenizer, micro_batch_size=1)
+def flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+# Micro-batching changes only the order of float32 sums. Each sum's rounding error is a few
+# float32 epsilons (1.2e-7) of its magnitude, so the gradients of two orders agree to ~1e-8 of
+# the gradient's norm (measured: 1.5e-8); 1e-6 leaves a wide margin and still catches any
+# mis-scaled micro-batch, which is off by a share of the norm.
+GRAD_RTOL = 1e-6
+
+
+def test_micro_batching_does_not_change_the_accumulated_gradient(tiny_model, tokenizer):
+    # no clipping: it would rescale a mis-scaled gradient back to the same norm
+    one_step = dict(epochs=1, minibatches=1, optimizer="sgd", lr=0.0, max_grad_norm=1e9)
+    whole, r1 = run_update(tiny_model, tokenizer, micro_batch_size=4, **one_step)
+    split, r2 = run_update(tiny_model, tokenizer, micro_batch_size=1, **one_step)
     assert abs(r1.metrics["loss"] - r2.metrics["loss"]) < 1e-6
-    for a, b in zip(whole.parameters(), split.parameters()):
-        assert torch.allclose(a, b, atol=1e-5)  # Adam amplifies float32 summation-order noise
-    moved = max((a - b).abs().max() for a, b in zip(whole.parameters(), tiny_model.parameters()))
-    assert moved > 1e-4
+    g_whole = flat(p.grad for p in whole.parameters())
+    g_split = flat(p.grad for p in split.parameters())
+    assert g_whole.norm() > 0.1  # a real gradient, not a vacuous comparison of zeros
+    assert (g_whole - g_split).abs().max() <= GRAD_RTOL * g_whole.norm()
+
+
+def test_micro_batching_does_not_change_an_sgd_update(tiny_model, tokenizer):
+    """4 optimizer steps (2 epochs x 2 minibatches). SGD is linear in the gradient, so each
+    step adds at most lr * GRAD_RTOL * |g| (|g| <= max_grad_norm = 1) of difference; the
+    later steps' gradients, taken at weights that differ by that much, add the same order
+    again. Bound: 4 steps x lr x 1e-6, doubled."""
+    lr = 0.1
+    whole, r1 = run_update(tiny_model, tokenizer, micro_batch_size=4, optimizer="sgd", lr=lr)
+    split, r2 = run_update(tiny_model, tokenizer, micro_batch_size=1, optimizer="sgd", lr=lr)
+    assert abs(r1.metrics["loss"] - r2.metrics["loss"]) < 1e-6
+    w_whole, w_split, w0 = (flat(m.parameters()) for m in (whole, split, tiny_model))
+    assert (w_whole - w_split).abs().max() <= 2 * 4 * lr * GRAD_RTOL
+    assert (w_whole - w0).abs().max() > 1e-4  # the update really moved the weights
+
+
+def test_micro_batching_does_not_change_an_adam_update_where_the_gradient_is_signal(
+    tiny_model, tokenizer
+):
+    """Adam's first step moves each weight by lr * g / (|g| + eps): an entry whose gradient is
+    float32 noise moves by up to lr either way, so only entries well above the noise
+    (|g| > 1e-4 |g|_2, 100x GRAD_RTOL) are compared; their relative gradient error is at most
+    1e-2, hence a step difference below lr * 1e-2."""
+    lr = 1e-3
+    one_step = dict(epochs=1, minibatches=1, optimizer="adamw", lr=lr)
+    whole, _ = run_update(tiny_model, tokenizer, micro_batch_size=4, **one_step)
+    split, _ = run_update(tiny_model, tokenizer, micro_batch_size=1, **one_step)
+    g = flat(p.grad for p in whole.parameters())
+    signal = g.abs() > 1e-4 * g.norm()
+    assert signal.float().mean() > 0.5  # most entries are compared, not a chosen few
+    w_whole, w_split, w0 = (flat(m.parameters()) for m in (whole, split, tiny_model))
+    assert (w_whole - w_split)[signal].abs().max() <= lr * 1e-2
+    assert (w_whole - w0)[signal].abs().min() > lr / 2  # each compared entry moved ~lr
 
 
 def test_update_raises_the_logprob_of_positive_advantage_replies(tiny_model, tokenizer):
-    from rlvr.train.update import batch_logprobs
-
     batch = random_batch(tokenizer)
     before = batch_logprobs(tiny_model, batch, 8, 1.0)
     model, _ = run_update(tiny_model, tokenizer, micro_batch_size=8, epochs=1, minibatches=1)
@@ -78,7 +133,7 @@ def test_update_raises_the_logprob_of_positive_advantage_replies(tiny_model, tok
 
 
 def test_entropy_bonus_raises_entropy(tiny_model, tokenizer):
-    from rlvr.train.update import batch_logprobs, micro_logprobs
+    from rlvr.train.update import micro_logprobs
 
     batch = random_batch(tokenizer)
     zero_adv = torch.zeros_like(batch.loss_mask)
