@@ -1,8 +1,10 @@
 """Throughput of the code sandbox, and what hostile programs in a batch cost the rest.
 
 Prints one JSON object: executions per second for a trivial program and for a typical assert
-test suite (10 asserts on a small function, scored end to end by CodeTests), each run serially
-(one at a time) and pooled (--workers at once); and the slowdown of a batch of --batch programs
+test suite (10 asserts on a small function, scored end to end by CodeTests) on the split path
+(values compared outside the sandbox) and on the weak path (the same asserts behind a setup
+line, run whole in the sandbox), each run serially (one at a time) and pooled (--workers at
+once); the memory cap in use (cgroup or rlimit); and the slowdown of a batch of --batch programs
 of which --hostile-fraction are hostile (infinite loop, fork bomb, memory bomb, cycled) under a
 --hostile-wall-seconds limit, against the same batch all benign: the ratio of batch wall times.
 
@@ -42,6 +44,12 @@ SUITE = Problem(
             "assert clamp(10**20, 0, 1) == 1",
         ]
     },
+)
+# The same checks behind a setup line, which keeps them from being split.
+WEAK_SUITE = Problem(
+    id="clamp-weak",
+    prompt=SUITE.prompt,
+    metadata={"tests": ["lo, hi = 0, 10\n" + test for test in SUITE.metadata["tests"]]},
 )
 SOLUTION = "```python\ndef clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n```"
 HOSTILE = {
@@ -105,13 +113,19 @@ def main(argv: list[str] | None = None) -> dict:
     reward = CodeTests(CodeTests.Params(workers=args.workers))
     try:
         assert sandbox.run_python(TRIVIAL).stdout == "hello\n"
-        assert reward(SUITE, SOLUTION).value == 1.0
+        assert reward(SUITE, SOLUTION).info["weak_tests"] == 0
+        assert reward(WEAK_SUITE, SOLUTION).info["weak_tests"] == len(WEAK_SUITE.metadata["tests"])
+        assert reward(SUITE, SOLUTION).value == reward(WEAK_SUITE, SOLUTION).value == 1.0
+        result["memory_cap"] = sandbox.memory_cap
 
         result["trivial_executions_per_sec"] = executions_per_second(
             lambda: sandbox.run_python(TRIVIAL), args.serial, args.pooled, args.workers
         )
         result["assert_suite_executions_per_sec"] = executions_per_second(
             lambda: reward(SUITE, SOLUTION), args.serial, args.pooled, args.workers
+        )
+        result["weak_assert_suite_executions_per_sec"] = executions_per_second(
+            lambda: reward(WEAK_SUITE, SOLUTION), args.serial, args.pooled, args.workers
         )
 
         limits = Limits(wall_seconds=args.hostile_wall_seconds)

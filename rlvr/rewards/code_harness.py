@@ -1,23 +1,26 @@
-"""Runs assert-style tests against a solution inside the sandbox (a stdlib-only script).
+"""Runs tests against a solution inside the sandbox (a stdlib-only script).
 
-The solution and tests arrive as files and the per-run secret on stdin; the files are deleted
-and stdin is pointed at /dev/null before the solution runs. After each test passes, a line
-"<secret> <index> pass" is written to a private duplicate of stdout. The scorer counts only
-those lines, so exiting early, printing fake PASS lines or patching test frameworks gains
-nothing. The solution and tests run in a second thread (only the main thread may set signal
-handlers, and a handler is handed the running frame), and an audit hook keeps the solution from
-reaching the secret: no frames, no gc walks, no ctypes, no /proc, no new processes. The hook,
-the checks and the test loop use only what they bound before the solution ran, builtins are
-restored before each test, and each test runs as a function that receives the checks as
-arguments, so patching builtins or this module, or rebinding names, does not reach them.
-`==` and `!=` in asserts accept only plain built-in values, so an object whose `__eq__` always
-returns True does not pass.
+Two kinds of test arrive in tests.json. Split tests (see rlvr.rewards.code_tests) are only
+probes: expressions calling into the solution, whose values this harness encodes as tagged JSON
+for the trusted side to compare; what those tests expect is never here. Weak tests could not be
+split and run whole here: after each one passes, a line "<secret> <index> pass" is recorded. Every
+record goes to a private duplicate of stdout, prefixed with the per-run secret that arrives on
+stdin; the files are deleted and stdin is pointed at /dev/null before the solution runs.
+The solution and tests run in a second thread (only the main thread may set signal handlers, and
+a handler is handed the running frame), and where weak tests run an audit hook keeps the solution
+from reaching the secret: no frames, no gc walks, no ctypes, no /proc, no new processes. The hook, the checks and
+the test loop use only what they bound before the solution ran, builtins are restored before
+each test, and each weak test runs as a function that receives the checks as arguments, so
+patching builtins or this module, or rebinding names, does not reach them. Every comparison in a
+weak test's asserts accepts only plain built-in values, so an object whose `__eq__` or `__lt__`
+always returns True does not pass.
 """
 
 import _thread
 import ast
 import builtins
 import json
+import operator
 import os
 import stat
 import symtable
@@ -46,8 +49,19 @@ BLOCKED_EVENTS = frozenset(
         "pty.spawn",
     }
 )
-CHECKS = ("__rlvr_eq__", "__rlvr_ne__", "__rlvr_truth__")
+CHECKS = ("__rlvr_compare__", "__rlvr_truth__")
 TEST = "__rlvr_test__"
+MAX_DEPTH = 64
+MAX_VALUE_CHARS = 1 << 20
+OPERATORS = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge, "is": operator.is_, "is not": operator.is_not,
+    "in": operator.contains, "not in": operator.contains,  # operands swapped below
+}  # fmt: skip
+SYMBOLS = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+    ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in",
+}  # fmt: skip
 
 
 class Refused(PermissionError, ValueError):
@@ -56,15 +70,16 @@ class Refused(PermissionError, ValueError):
 
 
 def strict_checks():
-    """(plain, strict_equal, strict_unequal, strict_truth), closures over the built-ins they use,
-    bound now: patching builtins or this module afterwards does not change them."""
-    type_, id_, all_, bool_, items, refuse = type, id, all, bool, dict.items, TypeError
+    """(plain, strict_compare, strict_truth), closures over the built-ins they use, bound now:
+    patching builtins or this module afterwards does not change them."""
+    type_, id_, all_, bool_, items, refuse, zip_ = type, id, all, bool, dict.items, TypeError, zip
     plain_types = frozenset(map(id, (int, float, complex, str, bytes, bool, type(None))))
     containers, dict_type = frozenset(map(id, (list, tuple, set, frozenset))), id(dict)
+    operators, contains = dict(OPERATORS), operator.contains
 
     def plain(value) -> bool:
-        """Built from built-in types only, so == means what it says. Types are compared by
-        identity: a metaclass with its own __eq__ cannot pass for int."""
+        """Built from built-in types only, so comparisons mean what they say. Types are compared
+        by identity: a metaclass with its own __eq__ cannot pass for int."""
         kind = id_(type_(value))
         if kind in plain_types:
             return True
@@ -74,39 +89,80 @@ def strict_checks():
             return all_(plain(k) and plain(v) for k, v in items(value))
         return False
 
-    def both_plain(left, right) -> None:
-        if not (plain(left) and plain(right)):
-            raise refuse("tests compare only plain built-in values")
-
-    def strict_equal(left, right) -> bool:
-        """left == right; TypeError (the test fails) unless both are plain."""
-        both_plain(left, right)
-        return left == right
-
-    def strict_unequal(left, right) -> bool:
-        both_plain(left, right)
-        return left != right
+    def strict_compare(ops: tuple, *operands) -> bool:
+        """`operands[0] ops[0] operands[1] ...` as Python chains it; TypeError (the test fails)
+        unless every operand is plain. Operands are evaluated before the call, not lazily: a
+        chain cut short is False, so the assert fails either way."""
+        for value in operands:
+            if not plain(value):
+                raise refuse("tests compare only plain built-in values")
+        for op, left, right in zip_(ops, operands, operands[1:]):
+            if op in ("in", "not in"):
+                result = contains(right, left) == (op == "in")
+            else:
+                result = operators[op](left, right)
+            if not result:
+                return False
+        return True
 
     def strict_truth(value) -> bool:
-        both_plain(value, None)
+        if not plain(value):
+            raise refuse("tests compare only plain built-in values")
         return bool_(value)
 
-    return plain, strict_equal, strict_unequal, strict_truth
+    return plain, strict_compare, strict_truth
 
 
-plain, strict_equal, strict_unequal, strict_truth = strict_checks()
+plain, strict_compare, strict_truth = strict_checks()
+
+
+def value_encoder():
+    """encode(value) -> tagged JSON text of a plain value (what rlvr.rewards.code_tests.decode
+    reads); TypeError for anything else. Bound now, like the checks."""
+    type_, dumps, float_repr, items, hex_ = type, json.dumps, float.__repr__, dict.items, bytes.hex
+    sequences = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+    scalars = {bool: "bool", int: "int", str: "str"}
+    refuse, too_deep = TypeError, RecursionError
+
+    def tagged(value, depth: int):
+        if depth > MAX_DEPTH:
+            raise too_deep("value nested too deeply")
+        kind = type_(value)
+        if value is None:
+            return ["none"]
+        if kind in scalars:
+            return [scalars[kind], value]
+        if kind is float:
+            return ["float", float_repr(value)]
+        if kind is complex:
+            return ["complex", [float_repr(value.real), float_repr(value.imag)]]
+        if kind is bytes:
+            return ["bytes", hex_(value)]
+        if kind in sequences:
+            return [sequences[kind], [tagged(v, depth + 1) for v in value]]
+        if kind is dict:
+            return ["dict", [[tagged(k, depth + 1), tagged(v, depth + 1)] for k, v in items(value)]]
+        raise refuse(f"a {kind.__name__} is not a plain value")
+
+    def encode(value) -> str:
+        text = dumps(tagged(value, 0))
+        if len(text) > MAX_VALUE_CHARS:
+            raise refuse("value too large")
+        return text
+
+    return encode
 
 
 class StrictAsserts(ast.NodeTransformer):
-    """In an assert, every `a == b` -> `__rlvr_eq__(a, b)` and `a != b` -> `__rlvr_ne__(a, b)`
+    """In an assert, every comparison `a < b <= c` -> `__rlvr_compare__(("<", "<="), a, b, c)`
     (also inside `and`, calls, comprehensions), and `assert x` -> `assert __rlvr_truth__(x)`
-    unless x is a comparison or `not ...`. Other comparisons (<, in, ...) are left as written."""
+    unless x is a comparison or `not ...`."""
 
     def visit_Assert(self, node: ast.Assert) -> ast.Assert:
         node.test = _StrictComparisons().visit(node.test)
         test = node.test
         checked = isinstance(test, ast.Call) and getattr(test.func, "id", None) in CHECKS
-        if not (checked or isinstance(test, (ast.Compare, ast.UnaryOp))):
+        if not (checked or isinstance(test, ast.UnaryOp)):
             node.test = ast.Call(ast.Name("__rlvr_truth__", ast.Load()), [test], [])
         return ast.fix_missing_locations(node)
 
@@ -114,11 +170,10 @@ class StrictAsserts(ast.NodeTransformer):
 class _StrictComparisons(ast.NodeTransformer):
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         self.generic_visit(node)
-        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
-            check = "__rlvr_eq__" if isinstance(node.ops[0], ast.Eq) else "__rlvr_ne__"
-            call = ast.Call(ast.Name(check, ast.Load()), [node.left, *node.comparators], [])
-            return ast.copy_location(call, node)
-        return node
+        ops = ast.Tuple([ast.Constant(SYMBOLS[type(op)]) for op in node.ops], ast.Load())
+        operands = [node.left, *node.comparators]
+        call = ast.Call(ast.Name("__rlvr_compare__", ast.Load()), [ops, *operands], [])
+        return ast.copy_location(call, node)
 
 
 def as_function(source: str, filename: str):
@@ -173,6 +228,24 @@ def audit_hook():
     return audit
 
 
+def compile_tests(tests: dict, namespace: dict) -> list:
+    """(index, kind, code): a weak test as a function of the checks (whose globals are the
+    solution's namespace), a split test as its setup statements and probe expressions.
+    Compiled before the solution runs."""
+    compiled = []
+    for index, source in tests["weak"]:
+        try:
+            exec(as_function(source, f"test_{index}"), namespace)
+        except Exception:  # noqa: BLE001, S112 - a malformed test passes for no solution
+            continue
+        compiled.append((index, "weak", namespace.pop(TEST)))
+    for index, setup, probes in tests["split"]:
+        name = f"test_{index}"
+        statements = [compile(s, name, "exec") for s in setup]
+        compiled.append((index, "split", (statements, [compile(p, name, "eval") for p in probes])))
+    return sorted(compiled, key=lambda test: test[0])  # in the problem's order, as written
+
+
 def run_tests() -> None:
     secret = sys.stdin.read().strip()
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -180,35 +253,46 @@ def run_tests() -> None:
     os.close(devnull)
     with open("solution.py") as f:
         solution = f.read()
+    namespace = {"__name__": "solution", "__builtins__": builtins}
     with open("tests.json") as f:
-        sources = json.load(f)
+        tests = compile_tests(json.load(f), namespace)
     for name in ("solution.py", "tests.json", "harness.py"):
         os.remove(name)
-    namespace = {"__name__": "solution", "__builtins__": builtins}
-    tests = []
-    for index, source in enumerate(sources):
-        try:
-            exec(as_function(source, f"test_{index}"), namespace)
-        except Exception:  # noqa: BLE001, S112 - a malformed test passes for no solution
-            continue
-        tests.append((index, namespace.pop(TEST)))
     _, *checks = strict_checks()
+    encode, run, evaluate = value_encoder(), exec, eval
     restore, saved = vars(builtins).update, dict(vars(builtins))
     record, out, failure, module = os.write, os.dup(1), BaseException, builtins
-    sys.addaudithook(audit_hook())
+    if any(kind == "weak" for _, kind, _ in tests):
+        # Only weak tests need the secret kept: split tests' verdicts are made outside, and
+        # without the hook their solutions may use what it refuses (numpy imports need frames).
+        sys.addaudithook(audit_hook())
     # From here on the solution may have patched anything: only locals bound above are used.
     try:
-        exec(compile(solution, "solution.py", "exec"), namespace)
+        run(compile(solution, "solution.py", "exec"), namespace)
     except failure:  # noqa: BLE001 - a solution that fails to load passes nothing
         return
-    for index, test in tests:
+    for index, kind, test in tests:
         restore(saved)
         namespace["__builtins__"] = module
-        try:
-            test(*checks)
-        except failure:  # noqa: BLE001, S112 - a failing test only fails itself
+        if kind == "weak":
+            try:
+                test(*checks)
+            except failure:  # noqa: BLE001, S112 - a failing test only fails itself
+                continue
+            record(out, f"{secret} {index} pass\n".encode())
             continue
-        record(out, f"{secret} {index} pass\n".encode())
+        statements, probes = test
+        try:
+            for statement in statements:
+                run(statement, namespace)
+        except failure:  # noqa: BLE001, S112 - its probes are then missing: the test fails
+            continue
+        for number, probe in enumerate(probes):
+            try:
+                line = "value " + encode(evaluate(probe, namespace))
+            except failure:  # noqa: BLE001 - raising or not plain fails only this probe
+                line = "error"
+            record(out, f"{secret} {index} {number} {line}\n".encode())
 
 
 def main() -> None:

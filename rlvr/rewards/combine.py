@@ -33,6 +33,13 @@ def _resolve(
 def _combine(scores: dict[str, Score], weights: Mapping[str, float]) -> Score:
     value = sum(weights[name] * score.value for name, score in scores.items())
     info: dict[str, float | str] = {name: score.value for name, score in scores.items()}
+    # A component's own numbers (the code reward's passed / total / weak_tests) are logged too.
+    info.update(
+        (f"{name}/{key}", float(v))
+        for name, score in scores.items()
+        for key, v in score.info.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
     errors = [f"{name}: {s.info['error']}" for name, s in scores.items() if "error" in s.info]
     if errors:
         info["error"] = "; ".join(errors)

@@ -1,22 +1,29 @@
-"""Run untrusted (model-written) programs isolated: namespaces, chroot, rlimits, a wall clock.
+"""Run untrusted (model-written) programs isolated: namespaces, chroot, cgroups, rlimits, a wall clock.
 
 Every execution gets fresh mount, network, PID, IPC and UTS namespaces (and a user namespace
-when not root), a chroot of read-only system binds with a private size-limited /tmp, a clean
-environment, limits on CPU, memory, processes, file size and open files, and a wall-clock
-limit after which its whole PID namespace is killed. The isolation is checked when a Sandbox
-is built; if it cannot be established the Sandbox refuses to exist, so nothing ever runs
-unsandboxed. `submit` runs executions on a thread pool, overlapping them with other work.
+when not root), a fresh empty session keyring, a chroot of read-only binds (system directories
+and the standard library; installed packages only when named) with a private size-limited /tmp
+and no /proc, a clean environment, a cgroup capping the memory and processes of the whole
+execution where the kernel lets us create one, limits per process on CPU, memory, processes,
+file size and open files, and a wall-clock limit after which its whole PID namespace is killed.
+The isolation is checked when a Sandbox is built; if it cannot be established the Sandbox
+refuses to exist, so nothing ever runs unsandboxed. `submit` runs executions on a thread pool.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import weakref
@@ -26,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.rewards.sandbox_cgroup import CgroupCap
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 SYSTEM_BINDS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -46,8 +55,15 @@ class Limits(BaseModel):
         10.0, gt=0, description="Wall-clock limit; then everything is killed."
     )
     cpu_seconds: float = Field(5.0, gt=0, description="CPU-time limit per process.")
-    memory_mb: int = Field(512, gt=0, description="Address-space limit per process, in MiB.")
-    max_processes: int = Field(32, gt=0, description="Processes (and threads) the program may run.")
+    memory_mb: int = Field(
+        512,
+        gt=0,
+        description="Memory of the whole execution, in MiB: a cgroup cap on all its processes "
+        "together where the kernel allows one, and always an address-space limit per process.",
+    )
+    max_processes: int = Field(
+        32, gt=0, description="Processes (and threads) the program may run, all together."
+    )
     max_file_mb: int = Field(16, gt=0, description="Largest file the program may write, in MiB.")
     max_open_files: int = Field(64, gt=3, description="Open file descriptors per process.")
     disk_mb: int = Field(32, gt=0, description="Size of the private writable /tmp, in MiB.")
@@ -68,14 +84,23 @@ class Execution:
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
     error: str | None = None
+    memory_cap: str = "rlimit"  # "cgroup": memory and processes capped for the whole execution
+    oom_killed: bool = False  # the cgroup's memory cap killed one of its processes
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not (self.timed_out or self.output_limited or self.error)
+        limited = self.timed_out or self.output_limited or self.oom_killed
+        return self.returncode == 0 and not (limited or self.error)
 
 
 class Sandbox:
-    """Isolated execution of Python programs, checked at construction; `run` is thread-safe."""
+    """Isolated execution of Python programs, checked at construction; `run` is thread-safe.
+
+    Programs see the standard library only, unless `packages` names installed top-level
+    packages, which are then bound read-only with the distributions they depend on. Memory and
+    processes are capped per execution by a cgroup where one can be created here
+    (`memory_cap == "cgroup"`), else per process by rlimits alone (`"rlimit"`, with the reason
+    in `memory_cap_reason`)."""
 
     def __init__(
         self,
@@ -83,22 +108,36 @@ class Sandbox:
         workers: int = 16,
         python: str = sys.executable,
         user_namespace: bool = False,
+        packages: Sequence[str] = (),
     ):
         self.limits = limits or Limits()
-        self.python = python
+        # The base interpreter, not a venv's: the venv's packages stay outside the sandbox.
+        self.python = os.path.realpath(python)
         self.user_namespace = user_namespace  # force the unprivileged path even as root
+        self.packages = list(packages)
+        package_dirs, self._pythonpath = resolve_packages(self.packages)
         # One empty directory every execution mounts its private root on, in its own namespace.
         self._mountpoint = tempfile.mkdtemp(prefix="rlvr-sandbox-")
         os.chmod(self._mountpoint, 0o755)
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self._mountpoint, True)
+        self._cgroup, self.memory_cap_reason = CgroupCap.create()
+        self.memory_cap = "cgroup" if self._cgroup else "rlimit"
+        self._cleanup = weakref.finalize(
+            self, _remove, self._mountpoint, self._cgroup.close if self._cgroup else None
+        )
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="sandbox")
-        self._binds = self._bind_paths()
+        self._binds = self._bind_paths() + package_dirs
+        self._masks = _site_packages()
         self._check_isolation()
 
     def _bind_paths(self) -> list[str]:
-        interpreter = Path(os.path.realpath(self.python)).parent
-        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(interpreter)}
-        return list(SYSTEM_BINDS) + sorted(prefixes)
+        """System directories, the interpreter, its shared library and the standard library."""
+        paths = {str(Path(self.python).parent), os.path.dirname(os.__file__)}
+        dynload = sysconfig.get_config_var("DESTSHARED")
+        library = os.path.join(
+            sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or ""
+        )
+        paths |= {p for p in (dynload, library) if p and os.path.exists(p)}
+        return list(SYSTEM_BINDS) + sorted(paths)
 
     def run(
         self,
@@ -108,19 +147,37 @@ class Sandbox:
         limits: Limits | None = None,
     ) -> Execution:
         """Write `files` into a fresh work directory and run `argv` there ("python" means the
-        sandbox's interpreter)."""
+        sandbox's interpreter, without site-packages)."""
         limits = limits or self.limits
-        argv = [self.python, "-I", *argv[1:]] if argv[0] == "python" else list(argv)
+        if argv[0] == "python":
+            # -I would ignore PYTHONPATH, which is how named packages are found.
+            flags = ["-s", "-S"] if self._pythonpath else ["-I", "-S"]
+            argv = [self.python, *flags, *argv[1:]]
         spec = {
             "mountpoint": self._mountpoint,
             "binds": self._binds,
+            "masks": self._masks,
+            "pythonpath": self._pythonpath,
             "files": dict(files),
             "stdin": stdin,
-            "argv": argv,
+            "argv": list(argv),
             "limits": limits.model_dump(),
             "user_namespace": self.user_namespace,
+            "cgroups": [],
         }
-        return _execute(spec, limits)
+        if self._cgroup is None:
+            return _execute(spec, limits)
+        try:
+            spec["cgroups"] = self._cgroup.execution(limits.memory_mb, limits.max_processes)
+        except OSError as e:
+            return Execution(None, error=f"cannot create the execution's cgroup: {e}")
+        try:
+            result = _execute(spec, limits)
+            result.memory_cap = "cgroup"
+            result.oom_killed = self._cgroup.oom_killed(spec["cgroups"])
+            return result
+        finally:
+            self._cgroup.release(spec["cgroups"])
 
     def run_python(self, code: str, stdin: str = "", limits: Limits | None = None) -> Execution:
         return self.run({"main.py": code}, ["python", "main.py"], stdin, limits)
@@ -137,9 +194,18 @@ class Sandbox:
         marker = Path(self._mountpoint).with_name(Path(self._mountpoint).name + ".marker")
         marker.write_text("host file")
         try:
-            result = self.run_python(_PROBE.format(marker=str(marker)))
+            probe = _PROBE.format(marker=str(marker), packages=bool(self.packages))
+            result = self.run_python(probe)
+            if self._cgroup is not None and "cgroup.procs" in (result.error or ""):
+                # We may create cgroups here but not move processes into them: rlimits alone.
+                self._cgroup.close()
+                self._cgroup, self.memory_cap = None, "rlimit"
+                self.memory_cap_reason = f"cannot join the execution's cgroup: {result.error}"
+                result = self.run_python(probe)
         finally:
             marker.unlink()
+        if not result.error and result.memory_cap != self.memory_cap:
+            result.error = f"the {self.memory_cap} memory cap was not applied"
         if result.error or result.stdout.strip() != "isolated":
             detail = result.error or (result.stdout + result.stderr).strip()[-500:]
             self.close()
@@ -155,17 +221,68 @@ class Sandbox:
 
 # Run inside the sandbox at construction: each line is one property isolation must have.
 _PROBE = """
-import os, socket
+import os, socket, sys
 checks = {{
     "not root": os.getuid() != 0,
     "no network but loopback": [n for _, n in socket.if_nameindex()] == ["lo"],
     "host files hidden": not os.path.exists({marker!r}),
     "root read-only": not os.access("/", os.W_OK),
     "alone in its PID namespace": os.getpid() == 1,
+    "no /proc": not os.path.exists("/proc/self"),
+    "standard library only": not any("-packages" in p for p in sys.path) or {packages},
 }}
 failed = [name for name, ok in checks.items() if not ok]
 print("isolated" if not failed else "not isolated: " + ", ".join(failed))
 """
+
+
+def _remove(mountpoint: str, close_cgroup) -> None:
+    shutil.rmtree(mountpoint, True)
+    if close_cgroup is not None:
+        close_cgroup()
+
+
+def _site_packages() -> list[str]:
+    """The base interpreter's site-packages: inside the standard library's binds, hidden."""
+    return sorted(p for p in site.getsitepackages([sys.base_prefix]) if os.path.isdir(p))
+
+
+def resolve_packages(names: Sequence[str]) -> tuple[list[str], str]:
+    """(paths to bind, PYTHONPATH) for installed top-level packages and what they depend on.
+    A name that is not installed raises ValueError saying so."""
+    providers = importlib.metadata.packages_distributions()
+    paths: set[str] = set()
+    roots: set[str] = set()
+    seen: set[str] = set()
+    pending = []
+    for name in names:
+        if name not in providers:
+            spec = importlib.util.find_spec(name) if name.isidentifier() else None
+            if spec is not None and spec.origin and "-packages" not in spec.origin:
+                continue  # the standard library: there already
+            raise ValueError(
+                f"package {name!r} is not installed for {sys.executable}; install it "
+                f"(pip install {name}) or remove it from the sandbox's packages"
+            )
+        pending += providers[name]
+    while pending:
+        dist_name = pending.pop()
+        key = re.sub(r"[-_.]+", "-", dist_name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional dependency that is not installed
+        root = str(dist.locate_file(""))
+        roots.add(root)
+        for top in {f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] != ".."}:
+            paths.add(os.path.join(root, top))
+        for requirement in dist.requires or []:
+            if "extra ==" not in requirement:  # extras are not installed by default
+                pending.append(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0])
+    return sorted(p for p in paths if os.path.exists(p)), os.pathsep.join(sorted(roots))
 
 
 def _execute(spec: dict, limits: Limits) -> Execution:

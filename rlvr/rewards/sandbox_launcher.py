@@ -2,10 +2,12 @@
 
 `rlvr.rewards.sandbox` starts it as `python -I -S sandbox_launcher.py` with a JSON spec on
 stdin. It enters new mount, network, PID, IPC and UTS namespaces (plus a user namespace when
-not root), forks the program as PID 1 of the new PID namespace inside a chroot of read-only
-binds and a size-limited /tmp, drops privileges, applies rlimits, enforces the wall-clock
-limit, and reports JSON lines on a status pipe. Killing PID 1 of a PID namespace kills every process in
-it, so nothing the program starts (forks, `setsid` orphans) outlives the run.
+not root), forks the program as PID 1 of the new PID namespace, which joins the execution's
+cgroups and a fresh empty session keyring, builds a chroot of read-only binds and a size-limited
+/tmp (no /proc: it would show the host's mounts and paths), drops privileges, applies rlimits
+and execs; the launcher enforces the wall-clock limit and reports JSON lines on a status pipe.
+Killing PID 1 of a PID namespace kills every process in it, so nothing the program starts
+(forks, `setsid` orphans) outlives the run.
 """
 
 import ctypes
@@ -25,6 +27,9 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SANDBOX_UID_BASE = 100_000  # root runs each program as its own uid so RLIMIT_NPROC is per run
 NS_UID = 1000  # the program's uid inside a user namespace; not 0, so exec drops all capabilities
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+ENOSYS = 38
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -69,7 +74,7 @@ def bind_read_only(source: str, root: str) -> None:
 
 
 def build_root(spec: dict) -> None:
-    """A chroot of read-only binds (system dirs, the interpreter), devices, /proc and a private /tmp."""
+    """A chroot of read-only binds (system dirs, the interpreter), devices and a private /tmp."""
     root = spec["mountpoint"]
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
@@ -86,17 +91,13 @@ def build_root(spec: dict) -> None:
         if os.path.isdir(target) and not os.path.ismount(target):
             mount(target, target, None, MS_BIND | MS_REC)
             mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for path in spec["masks"]:  # e.g. the base interpreter's site-packages: stdlib only
+        if os.path.isdir(root + path):
+            mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
     os.makedirs(root + "/dev", exist_ok=True)
     for device in DEVICES:
         open(root + device, "w").close()
         mount(device, root + device, None, MS_BIND)
-    os.makedirs(root + "/proc")
-    try:
-        # Read-only: under a user namespace mapped to host root, a writable procfs would let the
-        # program write host sysctls (kernel.core_pattern) and trigger files.
-        mount("proc", root + "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except OSError:
-        pass  # a kernel that refuses a new procfs here leaves /proc empty, which isolates too
     mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chroot(root)
     workdir = "/tmp/work"
@@ -130,10 +131,29 @@ def set_limits(limits: dict) -> None:
         resource.setrlimit(name, (soft, hard))
 
 
+def join_cgroups(directories: list[str]) -> None:
+    # Before anything else, so every process the program starts is counted with it.
+    for directory in directories:
+        with open(directory + "/cgroup.procs", "w") as f:
+            f.write("0")  # this process
+
+
+def fresh_session_keyring() -> None:
+    """An anonymous, empty session keyring: the keys of whoever started the trainer stay out."""
+    number = SYS_KEYCTL.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"no keyctl system call number known for {os.uname().machine}")
+    if libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        if ctypes.get_errno() != ENOSYS:  # a kernel without keyrings has none to leak
+            check(-1, "join a fresh session keyring")
+
+
 def run_child(spec: dict, error_fd: int) -> None:
     """PID 1 of the new namespace: isolate, drop privileges, exec. Never returns."""
     try:
         os.setsid()  # its own session and group: nothing it signals reaches the launcher
+        join_cgroups(spec["cgroups"])
+        fresh_session_keyring()
         build_root(spec)
         uid = spec["uid"]
         if uid is not None:
@@ -149,6 +169,8 @@ def run_child(spec: dict, error_fd: int) -> None:
         os.closerange(3, error_fd)
         os.closerange(error_fd + 1, 65536)  # the status pipe among them
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp/work", "LANG": "C.UTF-8"}
+        if spec["pythonpath"]:
+            env["PYTHONPATH"] = spec["pythonpath"]
         os.execve(spec["argv"][0], spec["argv"], env)
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
         os.write(error_fd, f"{type(e).__name__}: {e}".encode())

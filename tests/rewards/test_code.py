@@ -140,52 +140,63 @@ def test_plain(value, is_plain):
 
 
 def test_strict_comparisons_on_plain_values():
-    assert harness.strict_equal([1, {"a": (2,)}], [1, {"a": (2,)}]) is True
-    assert harness.strict_equal(1, 1.0) is True  # == between plain values means what it says
-    assert harness.strict_equal([1, 2], [2, 1]) is False
-    assert harness.strict_unequal(1, 2) is True
-    assert harness.strict_unequal("a", "a") is False
+    compare = harness.strict_compare
+    assert compare(("==",), [1, {"a": (2,)}], [1, {"a": (2,)}]) is True
+    assert compare(("==",), 1, 1.0) is True  # comparisons between plain values mean what they say
+    assert compare(("==",), [1, 2], [2, 1]) is False
+    assert compare(("!=",), 1, 2) is True
+    assert compare(("!=",), "a", "a") is False
+    assert compare(("<", "<="), 1, 2, 2) is True  # chains as Python chains them
+    assert compare(("<", "<"), 1, 2, 2) is False
+    assert compare(("in", "not in"), 1, [1], [[2]]) is True
+    assert compare(("is",), None, None) is True
     assert harness.strict_truth([0]) is True
     assert harness.strict_truth(0) is False
 
 
 @pytest.mark.parametrize("value", [AlwaysEqual(), LoudInt(3), PassesForInt(), [AlwaysEqual()]])
-def test_strict_comparisons_refuse_other_values(value):
-    """Not False but an error: inside `not (a == b)` a False would turn into a pass."""
-    for check in (
-        lambda: harness.strict_equal(value, 3),
-        lambda: harness.strict_equal(3, value),
-        lambda: harness.strict_unequal(value, 3),
-        lambda: harness.strict_truth(value),
-    ):
-        with pytest.raises(TypeError, match="plain"):
-            check()
+@pytest.mark.parametrize("op", ["==", "!=", "<", "<=", ">", ">=", "in", "not in", "is"])
+def test_strict_comparisons_refuse_other_values(value, op):
+    """Not False but an error: inside `not (a == b)` a False would turn into a pass. Every
+    operator, not only ==: `abs(f(x) - y) < 1e-9` passed an object that returns itself from
+    arithmetic and compares true."""
+    with pytest.raises(TypeError, match="plain"):
+        harness.strict_compare((op,), value, 3)
+    with pytest.raises(TypeError, match="plain"):
+        harness.strict_compare((op,), [3], value)
+    with pytest.raises(TypeError, match="plain"):
+        harness.strict_truth(value)
 
 
 @pytest.mark.parametrize(
     ("source", "transformed"),
     [
-        ("assert f(x) == 3", "assert __rlvr_eq__(f(x), 3)"),
-        ("assert f(x) != 3", "assert __rlvr_ne__(f(x), 3)"),
+        ("assert f(x) == 3", "assert __rlvr_compare__(('==',), f(x), 3)"),
+        ("assert f(x) != 3", "assert __rlvr_compare__(('!=',), f(x), 3)"),
         ("assert f(x)", "assert __rlvr_truth__(f(x))"),
-        ("assert f(x) == 3, 'msg'", "assert __rlvr_eq__(f(x), 3), 'msg'"),
+        ("assert f(x) == 3, 'msg'", "assert __rlvr_compare__(('==',), f(x), 3), 'msg'"),
         ("assert not f(x)", "assert not f(x)"),
-        ("assert f(x) < 3", "assert f(x) < 3"),  # other comparisons are left as written
-        ("assert f(x) in (1, 2)", "assert f(x) in (1, 2)"),
-        ("assert a == b == c", "assert a == b == c"),  # chains too
+        ("assert f(x) < 3", "assert __rlvr_compare__(('<',), f(x), 3)"),
+        ("assert f(x) in (1, 2)", "assert __rlvr_compare__(('in',), f(x), (1, 2))"),
+        ("assert a == b < c", "assert __rlvr_compare__(('==', '<'), a, b, c)"),
+        (
+            "assert abs(f(x) - y) < 1e-9",
+            "assert __rlvr_compare__(('<',), abs(f(x) - y), 1e-09)",
+        ),
         (
             "assert f(1) == 2 and f(2) != 3",
-            "assert __rlvr_truth__(__rlvr_eq__(f(1), 2) and __rlvr_ne__(f(2), 3))",
+            "assert __rlvr_truth__(__rlvr_compare__(('==',), f(1), 2) and "
+            "__rlvr_compare__(('!=',), f(2), 3))",
         ),
         (
             "assert all(f(i) == i for i in r)",
-            "assert __rlvr_truth__(all((__rlvr_eq__(f(i), i) for i in r)))",
+            "assert __rlvr_truth__(all((__rlvr_compare__(('==',), f(i), i) for i in r)))",
         ),
-        ("assert not f(1) == 2", "assert not __rlvr_eq__(f(1), 2)"),
+        ("assert not f(1) == 2", "assert not __rlvr_compare__(('==',), f(1), 2)"),
         ("x = f(1) == 2\nassert x", "x = f(1) == 2\nassert __rlvr_truth__(x)"),  # only asserts
         (
             "def check(c):\n    assert c(1) == 2",
-            "def check(c):\n    assert __rlvr_eq__(c(1), 2)",
+            "def check(c):\n    assert __rlvr_compare__(('==',), c(1), 2)",
         ),
     ],
 )
@@ -255,10 +266,10 @@ def fenced(code: str) -> str:
 
 def test_all_tests_pass(reward):
     assert reward(ADD, fenced("def add(a, b):\n    return a + b\n")) == Score(
-        1.0, "ok", {"passed": 7, "total": 7}
+        1.0, "ok", {"passed": 7, "total": 7, "weak_tests": 0}
     )
     solution = fenced("print(sum(map(int, input().split())))\n")
-    assert reward(SUM, solution) == Score(1.0, "ok", {"passed": 2, "total": 2})
+    assert reward(SUM, solution) == Score(1.0, "ok", {"passed": 2, "total": 2, "weak_tests": 0})
 
 
 def test_partial_credit_and_all_or_nothing(reward):
@@ -281,10 +292,14 @@ def test_partial_credit_and_all_or_nothing(reward):
         if __name__ == "__main__":
             print("ready")
     """)
-    assert reward(problem, solution) == Score(0.5, "wrong", {"passed": 2, "total": 4})
+    assert reward(problem, solution) == Score(
+        0.5, "wrong", {"passed": 2, "total": 4, "weak_tests": 0}
+    )
     strict = CodeTests(CodeTests.Params(limits=LIMITS, all_or_nothing=True))
     try:
-        assert strict(problem, solution) == Score(0.0, "wrong", {"passed": 2, "total": 4})
+        assert strict(problem, solution) == Score(
+            0.0, "wrong", {"passed": 2, "total": 4, "weak_tests": 0}
+        )
         assert strict(ADD, fenced("def add(a, b):\n    return a + b\n")).value == 1.0
     finally:
         strict.sandbox.close()
@@ -293,7 +308,32 @@ def test_partial_credit_and_all_or_nothing(reward):
 def test_a_malformed_test_fails_only_itself(reward):
     problem = Problem(id="p", prompt="", metadata={"tests": ["assert add(1, 2) == 3", "assert ("]})
     score = reward(problem, "def add(a, b):\n    return a + b\n")
-    assert score == Score(0.5, "wrong", {"passed": 1, "total": 2})
+    assert score == Score(0.5, "wrong", {"passed": 1, "total": 2, "weak_tests": 0})
+
+
+def test_tests_that_share_names_run_together(reward):
+    """`s = Stack()` cannot be split; the assert that reads `s` goes the weak path with it."""
+    tests = ["s = Stack()\ns.push(1)", "assert s.pop() == 1", "assert Stack().pop() is None"]
+    problem = Problem(id="stack", prompt="", metadata={"tests": tests})
+    solution = """
+        class Stack:
+            def __init__(self):
+                self.items = []
+            def push(self, x):
+                self.items.append(x)
+            def pop(self):
+                return self.items.pop() if self.items else None
+    """
+    assert reward(problem, fenced(solution)) == Score(
+        1.0, "ok", {"passed": 3, "total": 3, "weak_tests": 2}
+    )
+
+
+def test_a_solution_defining_a_builtin_s_name_is_what_the_test_calls(reward):
+    """ "Write max(a, b)": the test's max is the solution's, not the trusted side's built-in."""
+    problem = Problem(id="max", prompt="", metadata={"tests": ["assert max(1, 2) == 2"]})
+    assert reward(problem, "def max(a, b):\n    return a\n").value == 0.0
+    assert reward(problem, "def max(a, b):\n    return b if b > a else a\n").value == 1.0
 
 
 @pytest.mark.parametrize(
@@ -334,23 +374,39 @@ def test_missing_or_malformed_tests_raise(reward, metadata, message):
         reward(Problem(id="p", prompt="", metadata=metadata), "print(1)")
 
 
-def test_harness_records_passes_with_the_secret_only(skip_without_namespaces):
-    """The protocol CodeTests reads: one "<secret> <index> pass" line per passing test."""
+def test_harness_records_with_the_secret_only(skip_without_namespaces):
+    """The protocol CodeTests reads: for a weak test one "<secret> <index> pass" line when it
+    passes; for a split test one "<secret> <index> <probe> value <json>" line per probe."""
     try:
         reward = CodeTests(CodeTests.Params(limits=LIMITS))
     except SandboxUnavailableError as e:
         skip_without_namespaces(e)
+    tests = {
+        "weak": [[0, "assert add(1, 1) == 2"], [1, "assert add(1, 1) == 3"], [3, "x = 1"]],
+        "split": [[2, [], ["add(2, 3)", "add('a', 1)", "[add(1, 1)]"]]],
+    }
     try:
         files = {
             "solution.py": "def add(a, b):\n    print('0 pass', flush=True)\n    return a + b\n",
-            "tests.json": json.dumps(["assert add(1, 1) == 2", "assert add(1, 1) == 3", "x = 1"]),
+            "tests.json": json.dumps(tests),
             "harness.py": HARNESS,
         }
         execution = reward.sandbox.run(files, ["python", "harness.py"], "s3cr3t\n")
     finally:
         reward.sandbox.close()
     assert execution.returncode == 0
-    assert execution.stdout.splitlines() == ["0 pass", "s3cr3t 0 pass", "0 pass", "s3cr3t 2 pass"]
+    assert execution.stdout.splitlines() == [
+        "0 pass",
+        "s3cr3t 0 pass",
+        "0 pass",
+        "0 pass",
+        's3cr3t 2 0 value ["int", 5]',
+        "0 pass",
+        "s3cr3t 2 1 error",  # add('a', 1) raised
+        "0 pass",
+        's3cr3t 2 2 value ["list", [["int", 2]]]',
+        "s3cr3t 3 pass",
+    ]
 
 
 PROBES = """
@@ -422,9 +478,10 @@ REFUSED = {
     "os.fork": "Refused",
     "os.system": "Refused",
     "subprocess": "Refused",
-    "open /proc": "Refused",
-    "open //proc": "Refused",
-    "open ../../proc": "Refused",
+    "open /proc": "FileNotFoundError",
+    "open //proc": "FileNotFoundError",
+    "open ../../proc": "FileNotFoundError",
+    # No /proc in the sandbox at all; the audit hook would refuse it where there is one.
     "open a directory": "Refused",  # a directory fd would let os.open(dir_fd=...) reach /proc
     "signal handler": "ValueError",  # only the main thread may set one; the solution is not in it
 }
@@ -445,7 +502,7 @@ ALLOWED = [
 def test_what_the_harness_refuses_a_solution(reward):
     files = {
         "solution.py": PROBES,
-        "tests.json": json.dumps(["assert True"]),
+        "tests.json": json.dumps({"weak": [[0, "assert True"]], "split": []}),
         "harness.py": HARNESS,
     }
     execution = reward.sandbox.run(files, ["python", "harness.py"], "s3cr3t\n")
@@ -667,20 +724,40 @@ FAKERS = {
 FAKERS = {name: FORGE + textwrap.dedent(code) for name, code in FAKERS.items()}
 
 
+# Tests that cannot be split (they bind names first): these run whole in the sandbox.
+ADD_WEAK = Problem(
+    id="add-weak",
+    prompt="Write add(a, b).",
+    metadata={
+        "tests": [
+            "x = add(1, 2)\nassert x == 3",
+            "y = add(-1, -2)\nassert abs(y) == 3 and y < 0",
+            "z = [add(i, i) for i in range(3)]\nassert z == [0, 2, 4]",
+        ]
+    },
+)
+
+
 def test_an_honest_solution_with_the_same_helpers_passes_everything(reward):
-    """The fakers' helper code alone does not break the harness."""
+    """The fakers' helper code alone does not break the harness, on either path."""
     honest = FORGE + "def add(a, b):\n    return a + b\n"
-    assert reward(ADD, honest) == Score(1.0, "ok", {"passed": 7, "total": 7})
+    assert reward(ADD, honest) == Score(1.0, "ok", {"passed": 7, "total": 7, "weak_tests": 0})
+    assert reward(ADD_WEAK, honest) == Score(1.0, "ok", {"passed": 3, "total": 3, "weak_tests": 3})
 
 
 @pytest.fixture(scope="module")
-def faked(reward) -> dict[str, Score]:
+def faked(reward) -> dict[tuple[str, str], Score]:
     with ThreadPoolExecutor(8) as pool:
-        futures = {name: pool.submit(reward, ADD, code) for name, code in FAKERS.items()}
-        return {name: future.result() for name, future in futures.items()}
+        futures = {
+            (problem.id, name): pool.submit(reward, problem, code)
+            for name, code in FAKERS.items()
+            for problem in (ADD, ADD_WEAK)
+        }
+        return {key: future.result() for key, future in futures.items()}
 
 
+@pytest.mark.parametrize("problem", ["add", "add-weak"])
 @pytest.mark.parametrize("name", FAKERS)
-def test_faking_passes_scores_zero(faked, name):
-    assert faked[name].value == 0.0, faked[name]
-    assert faked[name].info["passed"] == 0
+def test_faking_passes_scores_zero(faked, name, problem):
+    assert faked[problem, name].value == 0.0, faked[problem, name]
+    assert faked[problem, name].info["passed"] == 0

@@ -13,6 +13,15 @@ def test_weighted_sum_and_per_component_info():
     assert reward(PROBLEM, "631") == Score(0.0, "wrong", {"numeric": 0.0, "format": 0.0})
 
 
+def test_a_components_own_numbers_are_forwarded_under_its_name():
+    registry = {
+        "code": lambda p, r: Score(0.5, "wrong", {"passed": 1, "total": 2, "reason": "x"}),
+        "flag": lambda p, r: Score(1.0, "ok", {"cached": True}),
+    }
+    info = weighted({"code": 1.0, "flag": 1.0}, registry)(PROBLEM, "").info
+    assert info == {"code": 0.5, "flag": 1.0, "code/passed": 1.0, "code/total": 2.0}
+
+
 def test_worst_status_wins_and_errors_are_kept():
     def raises(problem, response):
         raise RuntimeError("boom")

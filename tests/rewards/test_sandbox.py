@@ -830,8 +830,8 @@ def reward(sandbox):
 @pytest.fixture(scope="module")
 def outcome(world, sandbox, reward) -> Outcome:
     # The reward must be able to give credit, or scoring 0 would prove nothing.
-    assert reward(ADD, HONEST) == Score(1.0, "ok", {"passed": 3, "total": 3})
-    assert reward(SUM, HONEST) == Score(1.0, "ok", {"passed": 2, "total": 2})
+    assert reward(ADD, HONEST) == Score(1.0, "ok", {"passed": 3, "total": 3, "weak_tests": 0})
+    assert reward(SUM, HONEST) == Score(1.0, "ok", {"passed": 2, "total": 2, "weak_tests": 0})
     return run_corpus(world, sandbox, reward, HOSTILE)
 
 
@@ -874,6 +874,8 @@ EXPECTED_TRACEBACKS = {
     "fork-bomb",
     "secret-via-proc-mem",
     "huge-stderr",
+    "read-env-secrets",  # no /proc to read
+    "proc-snooping",
 }
 
 
@@ -889,7 +891,10 @@ def test_corpus_attacks_met_the_limits_they_target(outcome):
     assert "File too large" in d["file-10gb"].stderr
     assert "No space left on device" in d["tmp-fill"].stderr
     assert d["segfault"].returncode == -signal.SIGSEGV
-    assert d["proc-snooping"].stdout.startswith("pids [1]\n")
+    assert (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/proc'"
+        in d["proc-snooping"].stderr
+    )
     assert d["kill-parent"].stdout.rstrip().endswith("still here")
     assert "Network is unreachable" in d["net-tcp"].stdout
     assert d["write-test-dirs"].stdout.count("refused") == 3
