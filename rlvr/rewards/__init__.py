@@ -9,7 +9,7 @@ from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.judge import HFJudge
 from rlvr.rewards.match import NumericMatch, exact_match
-from rlvr.rewards.math import math_equal
+from rlvr.rewards.math import MathEqual
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
 from rlvr.rewards.reasoning_gym import reasoning_gym_score
 from rlvr.rewards.reward_model import RewardModel
@@ -19,7 +19,7 @@ __all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "we
 REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,
     "numeric": NumericMatch,
-    "math": math_equal,
+    "math": MathEqual,
     "countdown": countdown_check,
     "format": format_reward,
     "ifeval": ifeval,

@@ -1,8 +1,10 @@
-"""Find the final answer in a model's response: \\boxed{}, `#### x`, <answer></answer>, or the last number."""
+"""Find the final answer in a model's response: \\boxed{}, `#### x` or <answer></answer> (the last
+number only when a reward asks for that fallback)."""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 _HASHES = re.compile(r"####[ \t]*([^\n]*)")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -52,10 +54,24 @@ def marked_answer(text: str) -> tuple[str, int] | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """The last \\boxed{...}, else `#### x`, else the last <answer>...</answer>, else the last number."""
+Fallback = Literal["none", "last_number"]
+
+
+def extract_answer(text: str, fallback: Fallback = "none") -> str | None:
+    """The last \\boxed{...}, else `#### x`, else the last <answer>...</answer>; with
+    fallback="last_number", else the last number. Without a marker there is no answer by
+    default: the last number of any reply would pay a model for spraying digits."""
     marked = marked_answer(text)
     if marked is not None:
         return marked[0]
-    numbers = _NUMBER.findall(text)
-    return numbers[-1] if numbers else None
+    if fallback == "last_number":
+        numbers = _NUMBER.findall(text)
+        return numbers[-1] if numbers else None
+    return None
+
+
+def reference_answer(reference: str) -> str:
+    """A reference given as a worked solution ("22+11=33 #### 33") reduced to its marked
+    answer; a bare reference unchanged."""
+    marked = marked_answer(reference)
+    return reference if marked is None else marked[0]

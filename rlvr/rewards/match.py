@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.rewards.answers import extract_answer, strip_units
+from rlvr.rewards.answers import Fallback, extract_answer, reference_answer, strip_units
 from rlvr.types import Problem, Score
 
 
@@ -40,28 +40,44 @@ def numbers_equal(a: Fraction, b: Fraction, tolerance: float = DEFAULT_TOLERANCE
 def _reference(problem: Problem) -> str:
     if problem.answer is None:
         raise ValueError(f"problem {problem.id} has no reference answer")
-    return problem.answer
+    return reference_answer(problem.answer)
+
+
+NO_MARKER = "no final-answer marker (#### x, \\boxed{x} or <answer>x</answer>)"
+
+
+def _no_answer(predicted: str | None) -> Score:
+    return Score(
+        0.0, "wrong", {"reason": NO_MARKER if predicted is None else f"answered {predicted!r}"}
+    )
 
 
 def exact_match(problem: Problem, response: str) -> Score:
-    """Final answer equals the reference as a string (whitespace and a trailing period ignored)."""
+    """Marked final answer equals the reference as a string.
+
+    Whitespace and a trailing period are ignored."""
     predicted = extract_answer(response)
     if predicted is None:
-        return Score(0.0, "wrong", {"reason": "no answer found"})
+        return _no_answer(None)
     if normalize(predicted) == normalize(_reference(problem)):
         return Score(1.0, "ok")
     return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})
 
 
-def numeric_match(problem: Problem, response: str, tolerance: float = DEFAULT_TOLERANCE) -> Score:
+def numeric_match(
+    problem: Problem,
+    response: str,
+    tolerance: float = DEFAULT_TOLERANCE,
+    fallback: Fallback = "none",
+) -> Score:
     """Final answer equals the reference as a number ('1,234', '3/4', '-2.5', '12 dollars')."""
     reference = parse_number(strip_units(_reference(problem)))
     if reference is None:
         raise ValueError(f"problem {problem.id}: reference {problem.answer!r} is not a number")
-    predicted = extract_answer(response)
+    predicted = extract_answer(response, fallback)
     value = None if predicted is None else parse_number(strip_units(predicted))
     if value is None:
-        return Score(0.0, "wrong", {"reason": f"no number found (answered {predicted!r})"})
+        return _no_answer(predicted)
     if numbers_equal(value, reference, tolerance):
         return Score(1.0, "ok")
     return Score(0.0, "wrong", {"reason": f"answered {predicted!r}"})
@@ -79,9 +95,15 @@ class NumericMatch:
             description="Largest accepted difference, relative to the larger magnitude "
             "(absolute below 1).",
         )
+        fallback: Fallback = Field(
+            "none",
+            description="Where the answer is read when the reply has no final-answer marker "
+            "(#### x, \\boxed{x}, <answer>x</answer>): 'none' scores it wrong; 'last_number' "
+            "takes the last number in the reply, which pays a model for spraying digits.",
+        )
 
     def __init__(self, params: Params | None = None):
         self.params = params or self.Params()
 
     def __call__(self, problem: Problem, response: str) -> Score:
-        return numeric_match(problem, response, self.params.tolerance)
+        return numeric_match(problem, response, self.params.tolerance, self.params.fallback)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from typing import Literal
 
 from math_verify import parse, verify
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.rewards.answers import marked_answer, strip_units
-from rlvr.rewards.match import normalize
+from rlvr.rewards.answers import marked_answer, reference_answer, strip_units
+from rlvr.rewards.match import NO_MARKER, normalize
 from rlvr.types import Problem, Score
 
 
@@ -23,20 +25,47 @@ def _parse(text: str) -> list:
     return parse(f"${text}$", parsing_timeout=_timeout()) or parse(text, parsing_timeout=_timeout())
 
 
-def math_equal(problem: Problem, response: str) -> Score:
-    """Final answer is mathematically equal to the reference (math-verify: LaTeX, sets, fractions)."""
+def math_equal(
+    problem: Problem, response: str, fallback: Literal["none", "free_text"] = "none"
+) -> Score:
+    """Marked final answer is mathematically equal to the reference (math-verify: LaTeX, sets,
+    fractions); with fallback="free_text", math-verify finds an unmarked answer in the reply."""
     if problem.answer is None:
         raise ValueError(f"problem {problem.id} has no reference answer")
-    gold = _parse(problem.answer)
+    gold = _parse(reference_answer(problem.answer))
     if not gold:
         raise ValueError(
             f"problem {problem.id}: math-verify cannot parse reference {problem.answer!r}"
         )
     marked = marked_answer(response)
-    # Without a marker, math-verify's own extraction finds the answer in the free text.
+    if marked is None and fallback == "none":
+        return Score(0.0, "wrong", {"reason": NO_MARKER})
     predicted = _parse(marked[0]) if marked else parse(response, parsing_timeout=_timeout())
     if not predicted:
         return Score(0.0, "wrong", {"reason": "no parsable answer"})
     if verify(gold, predicted, timeout_seconds=_timeout()):
         return Score(1.0, "ok")
     return Score(0.0, "wrong", {"reason": f"answered {predicted[-1]!s}"})
+
+
+class MathEqual:
+    """Marked final answer is mathematically equal to the reference (math-verify).
+
+    math-verify decides equality across LaTeX, sets, intervals and fractions."""
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+        fallback: Literal["none", "free_text"] = Field(
+            "none",
+            description="When the reply has no final-answer marker (#### x, \\boxed{x}, "
+            "<answer>x</answer>): 'none' scores it wrong; 'free_text' lets math-verify find an "
+            "answer anywhere in the reply (its last number included), which pays a model for "
+            "spraying numbers.",
+        )
+
+    def __init__(self, params: Params | None = None):
+        self.params = params or self.Params()
+
+    def __call__(self, problem: Problem, response: str) -> Score:
+        return math_equal(problem, response, self.params.fallback)

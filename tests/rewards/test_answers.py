@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.rewards.answers import extract_answer, marked_answer, strip_units
+from rlvr.rewards.answers import extract_answer, marked_answer, reference_answer, strip_units
 
 
 @pytest.mark.parametrize(
@@ -13,21 +13,48 @@ from rlvr.rewards.answers import extract_answer, marked_answer, strip_units
         (r"#### 12 but \boxed{3}", "3"),  # boxed outranks ####
         ("7+5+0=12 4+8+1=13 #### 632", "632"),
         ("#### 1\nmore work\n#### -2,500 dollars\nthanks", "-2,500 dollars"),
-        ("#### \n42", "42"),  # an empty #### line is no answer; the last number is
+        ("#### \n42", None),  # an empty #### line is no answer, and a bare number is none either
         ("<answer>x</answer> then <answer> 3/4 </answer>", "3/4"),
         ("#### 9\n<answer>8</answer>", "9"),  # #### outranks <answer>
         ("#### 9 <answer>8</answer>", "9 <answer>8</answer>"),  # the rest of the line
-        ("it is 12, or maybe -3.5 in the end", "-3.5"),
-        ("total 1,234,567 apples", "1,234,567"),
-        ("so 8-3", "3"),
-        ("(2)-3", "3"),
-        ("so 8 -3", "-3"),
-        ("no digits here", None),
+        ("it is 12, or maybe -3.5 in the end", None),  # no marker, no answer
+        ("\u2026756\ufffd96\ufffd 853\ufffd", None),  # a random model's digits are no answer
         ("", None),
     ],
 )
 def test_extract_answer_goldens(text, expected):
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("#### \n42", "42"),
+        ("it is 12, or maybe -3.5 in the end", "-3.5"),
+        ("total 1,234,567 apples", "1,234,567"),
+        ("so 8-3", "3"),
+        ("(2)-3", "3"),
+        ("so 8 -3", "-3"),
+        ("\u2026756\ufffd96\ufffd 853\ufffd", "853"),
+        ("#### 7 and later 9", "7 and later 9"),  # a marker still wins over the fallback
+        ("no digits here", None),
+    ],
+)
+def test_last_number_fallback_only_when_asked(text, expected):
+    assert extract_answer(text, fallback="last_number") == expected
+
+
+@pytest.mark.parametrize(
+    "reference, expected",
+    [
+        ("22+11=33 #### 33", "33"),
+        ("Half of it: \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("Paris", "Paris"),
+        ("-2.5", "-2.5"),
+    ],
+)
+def test_reference_given_as_a_worked_solution_is_its_marked_answer(reference, expected):
+    assert reference_answer(reference) == expected
 
 
 def test_marked_answer_reports_where_the_marker_ends():

@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.rewards.match import exact_match, numeric_match
+from rlvr.rewards.match import NumericMatch, exact_match, numeric_match
 from rlvr.types import Problem
 
 
@@ -16,6 +16,10 @@ def problem(answer):
         ("Paris", "#### paris", False),  # exact means exact, case included
         ("42", "#### 42.0", False),
         ("42", "no answer at all", False),
+        ("42", "I think it is 42", False),  # no marker: not an answer
+        ("33", "22+11=33 #### 33", True),
+        ("22+11=33 #### 33", "#### 33", True),  # a worked solution as the reference
+        ("Tom has 33. #### 33", "#### Tom has 33.", False),
     ],
 )
 def test_exact(answer, response, correct):
@@ -28,7 +32,12 @@ def test_exact(answer, response, correct):
     [
         ("1234", "#### 1,234", True),
         ("0.75", "#### 3/4", True),
-        ("-5", "the answer is -5", True),
+        ("-5", "the answer is -5", False),  # no marker: the default reads no answer
+        ("-5", "<answer>-5</answer>", True),
+        ("33", "#### 33", True),
+        ("22+11=33 #### 33", "work: 22+11=33\n#### 33", True),  # worked-solution reference
+        ("22+11=33 #### 33", "#### 34", False),
+        ("853", "\u2026756\ufffd96\ufffd 853\ufffd", False),  # digits sprayed by a random model
         ("5", "#### +5.", True),
         ("1", "#### 1.0000001", True),  # within 1e-6
         ("1", "#### 1.00001", False),
@@ -54,3 +63,15 @@ def test_numeric_reads_a_quantity_with_units_and_takes_a_tolerance():
     assert numeric_match(problem("12"), "#### 12 dollars").value == 1.0
     assert numeric_match(problem("3.14159"), "#### 3.1416").value == 0.0
     assert numeric_match(problem("3.14159"), "#### 3.1416", tolerance=1e-3).value == 1.0
+
+
+def test_last_number_fallback_is_an_explicit_setting():
+    gibberish = "\u2026756\ufffd96\ufffd 853\ufffd"
+    strict = numeric_match(problem("853"), gibberish)
+    assert strict.value == 0.0 and "no final-answer marker" in strict.info["reason"]
+    assert numeric_match(problem("853"), gibberish, fallback="last_number").value == 1.0
+    assert numeric_match(problem("-5"), "the answer is -5", fallback="last_number").value == 1.0
+    assert NumericMatch.Params().fallback == "none"
+    lenient = NumericMatch(NumericMatch.Params(fallback="last_number"))
+    assert lenient(problem("853"), gibberish).value == 1.0
+    assert NumericMatch()(problem("853"), gibberish).value == 0.0

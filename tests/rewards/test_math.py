@@ -6,8 +6,8 @@ from rlvr.rewards.math import math_equal
 from rlvr.types import Problem
 
 
-def score(answer, response):
-    return math_equal(Problem(id="p", prompt="?", answer=answer), response)
+def score(answer, response, fallback="none"):
+    return math_equal(Problem(id="p", prompt="?", answer=answer), response, fallback)
 
 
 @pytest.mark.parametrize(
@@ -15,11 +15,11 @@ def score(answer, response):
     [
         ("${1,2,3,4}$", r"so \boxed{{1,3} \cup {2,4}}"),  # math-verify's README example
         (r"\frac{1}{2}", "#### 0.5"),
-        ("0.5", r"The answer is $\frac{1}{2}$"),  # no marker: math-verify extracts it
         (r"\sqrt{2}", r"<answer>\sqrt{2}</answer>"),  # bare LaTeX reference needs $...$
         ("1234", "#### 1,234"),
         ("2500", "#### $2,500."),
         ("x^2+1", r"\boxed{1+x^2}"),
+        ("22+11=33 #### 33", "#### 33"),  # a worked solution as the reference
     ],
 )
 def test_equivalent_answers(answer, response):
@@ -28,10 +28,32 @@ def test_equivalent_answers(answer, response):
 
 @pytest.mark.parametrize(
     "answer, response",
-    [(r"\frac{1}{2}", "#### 0.25"), (r"\sqrt{2}", r"\boxed{2}"), ("3", "I do not know")],
+    [
+        (r"\frac{1}{2}", "#### 0.25"),
+        (r"\sqrt{2}", r"\boxed{2}"),
+        ("3", "I do not know"),
+        ("22+11=33 #### 33", "#### 22"),  # the reference's answer, not its first number
+    ],
 )
 def test_different_answers(answer, response):
     assert (score(answer, response).value, score(answer, response).status) == (0.0, "wrong")
+
+
+def test_an_unmarked_answer_scores_only_with_the_free_text_fallback():
+    # Gibberish whose last number is right must not pay by default.
+    assert score("853", "756 96 853").value == 0.0
+    assert score("853", "756 96 853").info["reason"].startswith("no final-answer marker")
+    assert score("0.5", r"The answer is $\frac{1}{2}$", "free_text").value == 1.0
+    assert score("0.5", r"The answer is $\frac{1}{2}$").value == 0.0
+
+
+def test_math_reward_params_are_validated():
+    from rlvr.rewards import REWARDS
+
+    reward = REWARDS["math"](REWARDS["math"].Params(fallback="free_text"))
+    assert reward(Problem(id="p", prompt="?", answer="7"), "it is 7").value == 1.0
+    with pytest.raises(ValueError, match="fallback"):
+        REWARDS["math"].Params(fallback="last_number")
 
 
 def test_works_outside_the_main_thread():

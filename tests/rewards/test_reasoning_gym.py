@@ -69,7 +69,9 @@ def test_last_tag_wins_and_other_markers_are_a_fallback():
     )
     assert reasoning_gym_score(problem, f"#### {right}").value == 1
     assert reasoning_gym_score(problem, rf"so \boxed{{{right}}}").value == 1
-    assert reasoning_gym_score(problem, f"There are {right}").value == 1
+    assert (
+        reasoning_gym_score(problem, f"There are {right}").value == 0
+    )  # a bare number is no answer
 
 
 def test_scores_with_the_tasks_config_not_the_dataset_defaults():
