@@ -29,4 +29,6 @@ class SingleTurnEnv:
             "correct": check.status == "ok" and check.value > 0,
             "components": {k: v for k, v in score.info.items() if isinstance(v, (int, float))},
         }
+        if "error" in score.info:  # shown by the trainer and kept in reward_errors.jsonl
+            info["error"] = score.info["error"]
         return StepResult(observation=None, reward=score.value, done=True, info=info)

@@ -50,21 +50,25 @@ def save_checkpoint(
     tmp = directory / f".tmp-step-{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    # clone: tied embeddings share storage, which safetensors refuses to write twice
-    save_file(
-        {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        tmp / "model.safetensors",
-    )
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "state": state,
-            "rng": rng_state(),
-        },
-        tmp / "trainer.pt",
-    )
-    _fsync_tree(tmp)
+    try:
+        # clone: tied embeddings share storage, which safetensors refuses to write twice
+        save_file(
+            {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+            tmp / "model.safetensors",
+        )
+        torch.save(
+            {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "state": state,
+                "rng": rng_state(),
+            },
+            tmp / "trainer.pt",
+        )
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written copy only takes the space
+        raise
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     (final / COMPLETE).write_text(str(step))
@@ -78,6 +82,22 @@ def complete_checkpoints(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("step-*") if (p / COMPLETE).is_file())
+
+
+def remove_incomplete(directory: Path) -> list[Path]:
+    """Delete what a save cut short (a kill, a full disk) left behind: temporary directories and
+    renamed ones without the COMPLETE marker. Returns what was removed."""
+    if not directory.is_dir():
+        return []
+    left = list(directory.glob(".tmp-step-*"))
+    left += [p for p in directory.glob("step-*") if not (p / COMPLETE).is_file()]
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    return sorted(left)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:

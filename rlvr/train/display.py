@@ -16,6 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 SHOWN = {
     "sft_loss": "loss",
@@ -77,7 +78,11 @@ class Display:
             )
 
     def message(self, text: str) -> None:
-        self.console.print(text) if not self.quiet else print(text, file=sys.stderr, flush=True)
+        """A line above the bar; rich markup ([yellow]...) is dropped in quiet mode's plain lines."""
+        if self.quiet:
+            print(Text.from_markup(text).plain, file=sys.stderr, flush=True)
+        else:
+            self.console.print(text)
 
     def summary(self, title: str, rows: list[tuple[str, str, str]]) -> None:
         self.console.print(title)

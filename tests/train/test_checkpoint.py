@@ -1,8 +1,16 @@
+import errno
 import random
 
+import pytest
 import torch
 
-from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from rlvr.train.checkpoint import (
+    checkpoint_step,
+    complete_checkpoints,
+    load_checkpoint,
+    remove_incomplete,
+    save_checkpoint,
+)
 
 
 def make_state(model):
@@ -40,3 +48,30 @@ def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tiny_model, tmp
     (tmp_path / "step-000004").mkdir()  # a crash before the COMPLETE marker
     (tmp_path / ".tmp-step-000005").mkdir()  # a crash mid-write
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step-000002", "step-000003"]
+
+
+def test_a_failed_save_leaves_the_complete_checkpoints_and_no_partial_copy(
+    tiny_model, tmp_path, monkeypatch
+):
+    optimizer, scheduler = make_state(tiny_model)
+    save_checkpoint(tmp_path, 1, tiny_model, optimizer, scheduler, {"step": 1})
+
+    def disk_full(obj, path, *args, **kwargs):
+        open(path, "wb").write(b"\0" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(tmp_path, 2, tiny_model, optimizer, scheduler, {"step": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]
+    assert complete_checkpoints(tmp_path) == [tmp_path / "step-000001"]
+
+
+def test_remove_incomplete_deletes_only_what_a_cut_short_save_left(tiny_model, tmp_path):
+    optimizer, scheduler = make_state(tiny_model)
+    save_checkpoint(tmp_path, 1, tiny_model, optimizer, scheduler, {"step": 1})
+    (tmp_path / "step-000002").mkdir()
+    (tmp_path / ".tmp-step-000003").mkdir()
+    assert [p.name for p in remove_incomplete(tmp_path)] == [".tmp-step-000003", "step-000002"]
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000001"]
+    assert checkpoint_step(tmp_path / "step-000001") == 1

@@ -1,0 +1,35 @@
+"""What one step's trajectories say: reward, accuracy, statuses, lengths, episode endings."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from rlvr.rollout.runner import ENDINGS
+from rlvr.types import STATUSES, Trajectory
+
+
+def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    rewards = torch.tensor([t.reward for t in trajectories])
+    statuses = Counter(t.status for t in trajectories)
+    metrics = {
+        "reward": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "accuracy": sum(t.correct for t in trajectories) / len(trajectories),
+        "response_length": sum(t.num_generated for t in trajectories) / len(trajectories),
+        "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
+    }
+    metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
+    n = len(trajectories)
+    turns = [len(t.turn_rewards) for t in trajectories]
+    metrics["episode/turns"] = sum(turns) / n
+    metrics["episode/turn_reward"] = sum(t.reward for t in trajectories) / sum(turns)
+    metrics["episode/tool_calls"] = sum(t.info.get("tool_calls", 0) for t in trajectories) / n
+    metrics["episode/tool_errors"] = sum(t.info.get("tool_errors", 0) for t in trajectories) / n
+    endings = Counter(t.info.get("ended_by", "done") for t in trajectories)
+    metrics.update({f"episode/ended_by_{e}": endings[e] / n for e in ENDINGS})
+    components = [t.info.get("components", {}) for t in trajectories]
+    for name in sorted({name for c in components for name in c}):
+        metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
+    return metrics
