@@ -34,19 +34,32 @@ def _config(path: str | None, overrides: list[str], quiet: bool):
 
 
 def cmd_train(args) -> None:
+    from rlvr.train.faults import TrainingInterrupted
+    from rlvr.train.rundir import RunDir, RunDirError
     from rlvr.train.trainer import Trainer
 
-    if args.resume:
-        from rlvr.train.rundir import RunDir
-
-        run = RunDir(Path(args.resume))
-        overrides = ([args.config] if args.config else []) + args.overrides
-        cfg = load_config(None, overrides, base=run.load_config().model_dump(mode="json"))
-        if args.quiet:
-            cfg.log.quiet = True
-        Trainer(cfg, resume=run.path).run()
-    else:
-        Trainer(_config(args.config, args.overrides, args.quiet)).run()
+    try:
+        if args.resume:
+            run = RunDir(Path(args.resume))
+            overrides = ([args.config] if args.config else []) + args.overrides
+            cfg = load_config(None, overrides, base=run.load_config().model_dump(mode="json"))
+            if args.quiet:
+                cfg.log.quiet = True
+            if run.finished(cfg.train.steps):  # said before loading a model it has no use for
+                print(run.finished_note(), file=sys.stderr)
+                return
+            Trainer(cfg, resume=run.path).run()
+        else:
+            Trainer(_config(args.config, args.overrides, args.quiet)).run()
+    except RunDirError as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        sys.exit(1)
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        sys.exit(130)  # the shell's code for a Ctrl-C
+    except KeyboardInterrupt:
+        print("rlvr: interrupted before training began", file=sys.stderr)
+        sys.exit(130)
 
 
 def cmd_pretrain(args) -> None:
@@ -64,11 +77,15 @@ def cmd_pretrain(args) -> None:
 def cmd_eval(args) -> None:
     from rlvr.models.loading import load_model, resolve_device
     from rlvr.train.evaluate import evaluate
+    from rlvr.train.prompt_fit import fit_prompts
     from rlvr.train.setup import build_components, make_runner
 
     cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
     components = build_components(cfg)
-    model, tokenizer = load_model(args.model, cfg.model.dtype, cfg.model.trust_remote_code)
+    tokenizer = fit_prompts(cfg, components.task, args.model)
+    model, tokenizer = load_model(
+        args.model, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
+    )
     runner = make_runner(cfg, model.to(resolve_device(cfg.model.device)), tokenizer, components)
     metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
     print(json.dumps(metrics, indent=2))

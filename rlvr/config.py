@@ -97,6 +97,13 @@ class TaskConfig(BaseModel):
         description="Seconds a reward may take on one response before it scores 0 with status "
         "'timeout' (a hung reward never stops training).",
     )
+    long_prompts: Literal["error", "skip", "truncate"] = Field(
+        "error",
+        description="File-backed tasks (jsonl): what to do with a prompt that does not fit the "
+        "model's context minus rollout.max_new_tokens: 'error' stops before any work naming the "
+        "file and line, 'skip' drops the row, 'truncate' cuts the prompt's longest message from "
+        "the start (its end, where the question usually is, is kept).",
+    )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -446,7 +453,17 @@ def read_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"config file {path} does not exist; fix: check the path (examples/ holds ready configs)."
         )
-    text = path.read_text()
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConfigError(
+            f"config file {path} line {line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+            f"{column}); fix: save the file as UTF-8, e.g. from Latin-1 with "
+            f"`iconv -f latin1 -t utf-8 {path} > {path.with_stem(path.stem + '.utf8')}`"
+        ) from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)

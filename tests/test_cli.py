@@ -41,13 +41,8 @@ def test_train_resume_eval_and_pretrain(fast_overrides, tmp_path, capsys):
     run = tmp_path / "runs" / "cli"
     main(["train", "--resume", str(run), "train.steps=3", "--quiet"])
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [s for s in steps if s > 0] == [
-        1,
-        2,
-        2,
-        3,
-        3,
-    ]  # step 2 and 3 carry a final eval record too
+    # as an uninterrupted 3-step run: the 2-step run's final eval gave way to step 3's
+    assert [s for s in steps if s > 0] == [1, 2, 3, 3]
     capsys.readouterr()
     main(["eval", str(run / "final"), "--task", "arithmetic", "task.eval_size=4", "train.eval_k=2"])
     metrics = json.loads(capsys.readouterr().out)
@@ -55,3 +50,21 @@ def test_train_resume_eval_and_pretrain(fast_overrides, tmp_path, capsys):
     main(["pretrain", "--task", "countdown", "model.pretrain_steps=3", "--quiet"])
     path = capsys.readouterr().out.strip().splitlines()[-1]
     assert (Path(path) / "config.json").is_file()
+
+
+def test_eval_checks_prompt_lengths_against_the_models_context(tmp_path, capsys):
+    from rlvr.models.tiny import build_model, build_tokenizer
+
+    model_dir = tmp_path / "model"
+    tokenizer = build_tokenizer()
+    build_model("nano", tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(10)]
+    rows.insert(2, {"prompt": "x" * 5000, "answer": "1"})
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(SystemExit) as e:
+        main(["eval", str(model_dir), "--task", "jsonl", f"task.path={data}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{data} line 3" in err and "task.long_prompts=skip" in err

@@ -235,4 +235,18 @@ def test_reward_mode_selects_the_combination():
         cfg = load_config(
             None, ["task.rewards={format: 1.0, numeric: 1.0}", f"task.reward_mode={mode}"]
         )
-        assert build_components(cfg).reward(problem, "4").value == expected  # no format marker
+        # Right, but the marker is not at the end, so the format reward gives 0.
+        assert build_components(cfg).reward(problem, r"\boxed{4} is it").value == expected
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml"])
+def test_a_config_file_that_is_not_utf8_names_the_file_line_and_fix(tmp_path, suffix):
+    path = tmp_path / f"run{suffix}"
+    body = '[log]\nname = "caf\u00e9"\n' if suffix == ".toml" else 'log:\n  name: "caf\u00e9"\n'
+    path.write_bytes(body.encode("latin-1"))
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    column = body.splitlines()[1].index("\u00e9") + 1
+    assert f"config file {path} line 2: not UTF-8 text (byte 0xe9 at column {column})" in message
+    assert "fix: save the file as UTF-8" in message and f"run.utf8{suffix}" in message

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+import socket
+import threading
+import urllib.request
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
+import huggingface_hub.constants
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
+logger = logging.getLogger(__name__)
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 POLICY_KEY = "model.name"
+HUB_PROBE_SECONDS = 2.0
+# Config fields that hold a model's context length, by architecture family.
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
 class LoadSettings(BaseModel):
@@ -45,42 +58,135 @@ class ModelNotFoundError(RuntimeError):
     """The model id or directory could not be loaded; the message says why and how to fix it."""
 
 
+@functools.lru_cache(maxsize=8)
+def hub_reachable(endpoint: str, timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """Whether `endpoint` (or the proxy the environment sets for it) accepts a TCP connection
+    within `timeout` seconds, name lookup included."""
+    url = urlparse(endpoint)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxy_url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = proxy_url.hostname, proxy_url.port or 80
+    connected: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            connected.append(True)
+        except OSError:
+            pass
+
+    # A thread bounds the name lookup too, which create_connection's timeout does not.
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(connected)
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def local_files_only(name: str) -> bool:
+    """True for a hub id while the hub cannot be reached: load it from the local cache alone,
+    instead of retrying the network for most of a minute before failing."""
+    if Path(name).exists() or _looks_local(name) or huggingface_hub.constants.HF_HUB_OFFLINE:
+        return False
+    return not hub_reachable(huggingface_hub.constants.ENDPOINT)
+
+
 def load_tokenizer(
     name: str, trust_remote_code: bool = False, key: str = POLICY_KEY
 ) -> PreTrainedTokenizerBase:
+    """The tokenizer of `name`, left-padding, with a chat template and a pad token (its EOS
+    when it has none)."""
+    cache_only = local_files_only(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            name, trust_remote_code=trust_remote_code, local_files_only=cache_only
+        )
     except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, key)) from e
+        raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
             f"the tokenizer of {name!r} has no chat template; fix: use an instruct/chat model, "
             "or set `tokenizer.chat_template` and save it into the model directory"
         )
-    if tokenizer.pad_token_id is None:  # many base models ship without one; EOS is safe under masks
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ModelNotFoundError(
+                f"the tokenizer of {name!r} has neither an EOS nor a pad token, so replies "
+                "cannot end and batches cannot be padded. Fix: set its EOS token to the token "
+                f"that ends an assistant turn and save it: `tok = AutoTokenizer.from_pretrained"
+                f"({name!r}); tok.eos_token = '<|im_end|>'` (a token of its vocabulary; "
+                "`tok.add_special_tokens({'eos_token': ...})` adds a new one, and then the "
+                "model needs `resize_token_embeddings`), `tok.save_pretrained(DIR)`, and set "
+                f"{key}=DIR"
+            )
+        # Pad positions are masked out everywhere, so any token will do; many base models ship
+        # without a pad token.
+        logger.warning(
+            "the tokenizer of %r has no pad token; padding with its EOS token %r",
+            name,
+            tokenizer.eos_token,
+        )
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
 
 
 def load_model(
-    name: str, dtype: str = "float32", trust_remote_code: bool = False, key: str = POLICY_KEY
+    name: str,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    key: str = POLICY_KEY,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer; raise ModelNotFoundError with a fix when it is missing.
+    """Load a causal LM and its tokenizer (unless given one already loaded from `name`); raise
+    ModelNotFoundError with a fix when it is missing.
 
     `key` is the config setting that named the model, so the fix can say what to change."""
-    tokenizer = load_tokenizer(name, trust_remote_code, key)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(name, trust_remote_code, key)
+    cache_only = local_files_only(name)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            name, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+            name,
+            dtype=DTYPES[dtype],
+            trust_remote_code=trust_remote_code,
+            local_files_only=cache_only,
         )
     except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, key)) from e
+        raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
     return model, tokenizer
 
 
-def explain_load_error(name: str, error: Exception, key: str = POLICY_KEY) -> str:
-    """Why the model `name` (from config setting `key`) did not load, and how to fix it."""
+def model_context(
+    name: str, tokenizer: PreTrainedTokenizerBase, trust_remote_code: bool = False
+) -> int | None:
+    """Tokens the model `name` can attend over: the smaller of its config's position limit and
+    the tokenizer's model_max_length, where each is set (None when neither is)."""
+    cache_only = local_files_only(name)
+    try:
+        config = AutoConfig.from_pretrained(
+            name, trust_remote_code=trust_remote_code, local_files_only=cache_only
+        )
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(explain_load_error(name, e, POLICY_KEY, cache_only)) from e
+    text_config = config.get_text_config()
+    limits = [getattr(text_config, field, None) for field in CONTEXT_FIELDS]
+    # transformers marks an unset model_max_length with a huge sentinel (int(1e30)).
+    limits.append(tokenizer.model_max_length)
+    real = [n for n in limits if isinstance(n, int) and 0 < n < 10**9]
+    return min(real) if real else None
+
+
+def explain_load_error(
+    name: str, error: Exception, key: str = POLICY_KEY, cache_only: bool = False
+) -> str:
+    """Why the model `name` (from config setting `key`) did not load, and how to fix it;
+    `cache_only`: the hub could not be reached, so only the local cache was searched."""
     # Only the policy has an embedded model to fall back on.
     tiny = key == POLICY_KEY
     if Path(name).exists():
@@ -88,13 +194,19 @@ def explain_load_error(name: str, error: Exception, key: str = POLICY_KEY) -> st
             f"could not load a model from directory {name!r}: {error}. Fix: point {key} at a "
             "directory written by `save_pretrained` (config.json, weights, tokenizer files)."
         )
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
-    if looks_local:
+    if _looks_local(name):
         fallback = f", or use {key}=tiny" if tiny else ""
         return f"model directory {name!r} does not exist. Fix: check the path in {key}{fallback}."
     fallback = f"; or use {key}=tiny for the embedded model" if tiny else ""
+    if cache_only:
+        where = (
+            f"the local cache (the hub at {huggingface_hub.constants.ENDPOINT} could not be "
+            f"reached within {HUB_PROBE_SECONDS:g} s)"
+        )
+    else:
+        where = f"the Hugging Face hub or the local cache ({error})"
     return (
-        f"could not load {name!r} from the Hugging Face hub or the local cache ({error}). "
+        f"could not load {name!r} from {where}. "
         "Fix: check the id for typos; when offline, download it first on a connected machine "
         f"(`hf download {name}`) and set HF_HUB_OFFLINE=1, or pass a local directory{fallback}."
     )

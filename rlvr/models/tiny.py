@@ -20,6 +20,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
 
+CONTEXT = 512  # positions every preset is built with
+
 # name -> (hidden size, layers, heads, MLP size); parameter counts with the ~110-token vocab.
 PRESETS: dict[str, tuple[int, int, int, int]] = {
     "nano": (128, 4, 4, 384),  # ~0.8 M
@@ -65,7 +67,7 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) 
         num_attention_heads=heads,
         num_key_value_heads=heads,
         intermediate_size=mlp,
-        max_position_embeddings=512,
+        max_position_embeddings=CONTEXT,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,

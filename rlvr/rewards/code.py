@@ -4,6 +4,7 @@ Assert tests are split so that their expected values stay here (rlvr.rewards.cod
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 from pathlib import Path
@@ -21,6 +22,8 @@ from rlvr.rewards.code_tests import (
 )
 from rlvr.rewards.sandbox import Execution, Limits, Sandbox
 from rlvr.types import Problem, Score
+
+logger = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("code_harness.py").read_text()
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -162,6 +165,11 @@ class CodeTests:
         self.sandbox = Sandbox(
             self.params.limits, self.params.workers, packages=self.params.packages
         )
+        if self.sandbox.memory_cap != "cgroup":
+            logger.warning(
+                "code sandbox: memory is capped per process (rlimits), not per execution: %s",
+                self.sandbox.memory_cap_reason,
+            )
 
     def __call__(self, problem: Problem, response: str) -> Score:
         stdio, asserts = _validate(problem)

@@ -33,6 +33,12 @@ class Task(Protocol):
 
     # Optional: `make_env(reward, verifier) -> Env` for tasks played as their own environment
     # (multi-turn games, tool use); without it the task runs as a SingleTurnEnv.
+    #
+    # Optional, for tasks that read data (files): `fit_prompts(fit)` passes every train and eval
+    # problem through `fit(problem, where) -> Problem | None`, `where` naming its source (file and
+    # line); `fit` returns the problem, a truncated copy, or None to drop it, or raises a
+    # ValueError naming the fix (it checks prompts against the model's context before any work).
+    # And `fingerprint() -> str`: a hash of that data, so a warm start is cached on what it read.
 
 
 def seeded_rng(*parts: object) -> random.Random:

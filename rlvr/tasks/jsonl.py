@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +103,30 @@ def _row_problem(row: Any, where: str, file: Path, number: int, params: JsonlPar
     return Problem(id=row_id, prompt=prompt, answer=answer, domain=file.stem, metadata=metadata)
 
 
-def load_problems(path: str, params: JsonlParams) -> list[Problem]:
-    """Read and validate every row; errors name the file, the line and the fix."""
+def _lines(file: Path, digest) -> Iterator[tuple[int, str]]:
+    """(number, text) of each line, read one at a time (a huge line is one line, not the whole
+    file), with the raw bytes fed to `digest`."""
+    with open(file, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{file} line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                    f"{e.start + 1}); fix: save the file as UTF-8, e.g. from Latin-1 with "
+                    f"`iconv -f latin1 -t utf-8 {file} > {file.with_suffix('.utf8.jsonl')}`"
+                ) from None
+
+
+def read_rows(path: str, params: JsonlParams, digest=None) -> list[tuple[str, Problem]]:
+    """Every row as (where: '<path> line <n>', problem); errors name the file, the line and
+    the fix. The file's bytes go to `digest` (a hashlib object) as they are read."""
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"JSONL task file not found: {path}")
-    problems = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    rows = []
+    for number, line in _lines(file, digest or hashlib.sha256()):
         if not line.strip():
             continue
         where = f"{path} line {number}"
@@ -118,12 +137,17 @@ def load_problems(path: str, params: JsonlParams) -> list[Problem]:
                 f"{where}: not valid JSON ({e.msg}, column {e.colno}); "
                 "each line must hold one JSON object"
             ) from None
-        problems.append(_row_problem(row, where, file, number, params))
-    if not problems:
+        rows.append((where, _row_problem(row, where, file, number, params)))
+    if not rows:
         raise ValueError(
             f"{path} holds no rows; each line must be a JSON object with a prompt and an answer"
         )
-    return problems
+    return rows
+
+
+def load_problems(path: str, params: JsonlParams) -> list[Problem]:
+    """Read and validate every row; errors name the file, the line and the fix."""
+    return [problem for _, problem in read_rows(path, params)]
 
 
 def _prompt_key(problem: Problem) -> str:
@@ -137,31 +161,55 @@ class JsonlTask:
     Params = JsonlParams
 
     def __init__(self, params: JsonlParams, seed: int, eval_size: int):
-        self.seed = seed
+        self.seed, self.path = seed, params.path
         self.verifier = params.verifier
-        rows = load_problems(params.path, params)
+        self._digest = hashlib.sha256()
+        rows = read_rows(params.path, params, self._digest)
         if params.eval_path:
-            held_out = load_problems(params.eval_path, params)
+            self._digest.update(b"\0eval\0")
+            held_out = read_rows(params.eval_path, params, self._digest)
         else:
             rng = seeded_rng(seed, "split")
             rows = rng.sample(rows, len(rows))
             cut = max(1, round(params.eval_share * len(rows)))
             held_out, rows = rows[:cut], rows[cut:]
-        self._eval = held_out[:eval_size]
         # The same prompt in both files (or twice in one) must not leak into training.
-        eval_keys = {_prompt_key(p) for p in held_out}
-        self._train = [p for p in rows if _prompt_key(p) not in eval_keys]
-        if not self._train:
-            raise ValueError(
-                f"{params.path}: no training rows left after holding out the eval rows"
-            )
-        self._train_order = EpochOrder(self._train, seed)
+        eval_keys = {_prompt_key(p) for _, p in held_out}
+        self._set_rows(
+            [r for r in rows if _prompt_key(r[1]) not in eval_keys], held_out[:eval_size]
+        )
+
+    def _set_rows(self, train: list[tuple[str, Problem]], held_out: list[tuple[str, Problem]]):
+        if not train:
+            raise ValueError(f"{self.path}: no training rows left after holding out the eval rows")
+        self._train_rows, self._eval_rows = train, held_out
+        self._train_order = EpochOrder([p for _, p in train], self.seed)
+
+    def fingerprint(self) -> str:
+        """Hash of the bytes of the file (and eval file) the rows were read from."""
+        return self._digest.hexdigest()
+
+    def fit_prompts(self, fit: Callable[[Problem, str], Problem | None]) -> None:
+        """Pass every train and eval row through `fit` (see tasks/base.py), dropping the rows it
+        drops."""
+
+        def fitted(rows: list[tuple[str, Problem]], split: str) -> list[tuple[str, Problem]]:
+            kept = [(where, fit(problem, where)) for where, problem in rows]
+            kept = [(where, problem) for where, problem in kept if problem is not None]
+            if rows and not kept:
+                raise ValueError(
+                    f"{self.path}: every {split} row's prompt is too long for the model; fix: "
+                    "shorten the prompts or use a model with a longer context"
+                )
+            return kept
+
+        self._set_rows(fitted(self._train_rows, "training"), fitted(self._eval_rows, "eval"))
 
     def train_problem(self, index: int) -> Problem:
         return self._train_order[index]
 
     def eval_problems(self) -> list[Problem]:
-        return list(self._eval)
+        return [problem for _, problem in self._eval_rows]
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         # A file holds no systematic mistake to imitate, so flawed demonstrations are correct ones.

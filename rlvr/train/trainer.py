@@ -6,41 +6,52 @@ KL estimators come from the registries through the config.
 
 from __future__ import annotations
 
-import platform
 import random
 import time
-from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import transformers
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-import rlvr
 from rlvr.algos.advantages import AdvInputs
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
-from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
-from rlvr.rollout.runner import ENDINGS
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
-from rlvr.train.checkpoint import complete_checkpoints, load_checkpoint, save_checkpoint
+from rlvr.train.checkpoint import (
+    checkpoint_step,
+    complete_checkpoints,
+    load_checkpoint,
+    remove_incomplete,
+    save_checkpoint,
+)
 from rlvr.train.critic import Critic
 from rlvr.train.display import Display
 from rlvr.train.evaluate import evaluate
+from rlvr.train.faults import (
+    RewardErrors,
+    TrainingInterrupted,
+    explained_stops,
+    free_space,
+    resume_hint,
+    stop_at_step_end,
+)
+from rlvr.train.metrics import batch_metrics
+from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
-from rlvr.train.rundir import RunDir
+from rlvr.train.rundir import RunDir, RunDirError
 from rlvr.train.setup import Components, build_components, make_runner
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
-from rlvr.types import STATUSES, Batch, Trajectory
+from rlvr.types import Batch, Trajectory
 
 TRAIN_STREAM = 0
 
@@ -59,19 +70,18 @@ def seed_everything(seed: int) -> None:
 
 
 def load_policy(cfg: Config, components: Components, display: Display):
-    """The policy and tokenizer; the tiny model is warm-started (and cached) on first use."""
-    name = cfg.model.name
+    """The policy and tokenizer, once the task's prompts are fitted into its context; the tiny
+    model is warm-started (and cached) on first use."""
+    m, task = cfg.model, components.task
+    tokenizer = fit_prompts(cfg, task, m.name, display.message)
+    name = m.name
     if name == "tiny":
-        if not (warm_start_path(cfg) / "COMPLETE").is_file():
-            with display.bar("warm start (once per settings)", cfg.model.pretrain_steps) as bar:
-                name = str(
-                    ensure_warm_start(
-                        cfg, components.task, lambda s, loss: bar.update(s, {"sft_loss": loss})
-                    )
-                )
-        name = str(warm_start_path(cfg))
-    model, tokenizer = load_model(name, cfg.model.dtype, cfg.model.trust_remote_code)
-    return model.to(resolve_device(cfg.model.device)), tokenizer
+        name, tokenizer = str(warm_start_path(cfg, task)), None  # the warm start saves its own
+        if not (Path(name) / "COMPLETE").is_file():
+            with display.bar("warm start (once per settings)", m.pretrain_steps) as bar:
+                ensure_warm_start(cfg, task, lambda s, loss: bar.update(s, {"sft_loss": loss}))
+    model, tokenizer = load_model(name, m.dtype, m.trust_remote_code, tokenizer=tokenizer)
+    return model.to(resolve_device(m.device)), tokenizer
 
 
 def make_scheduler(cfg: Config, optimizer):
@@ -79,31 +89,6 @@ def make_scheduler(cfg: Config, optimizer):
     if cfg.train.lr_schedule == "cosine":
         return get_cosine_schedule_with_warmup(optimizer, cfg.train.warmup_steps, total)
     return get_constant_schedule_with_warmup(optimizer, cfg.train.warmup_steps)
-
-
-def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    rewards = torch.tensor([t.reward for t in trajectories])
-    statuses = Counter(t.status for t in trajectories)
-    metrics = {
-        "reward": float(rewards.mean()),
-        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "accuracy": sum(t.correct for t in trajectories) / len(trajectories),
-        "response_length": sum(t.num_generated for t in trajectories) / len(trajectories),
-        "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
-    }
-    metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
-    n = len(trajectories)
-    turns = [len(t.turn_rewards) for t in trajectories]
-    metrics["episode/turns"] = sum(turns) / n
-    metrics["episode/turn_reward"] = sum(t.reward for t in trajectories) / sum(turns)
-    metrics["episode/tool_calls"] = sum(t.info.get("tool_calls", 0) for t in trajectories) / n
-    metrics["episode/tool_errors"] = sum(t.info.get("tool_errors", 0) for t in trajectories) / n
-    endings = Counter(t.info.get("ended_by", "done") for t in trajectories)
-    metrics.update({f"episode/ended_by_{e}": endings[e] / n for e in ENDINGS})
-    components = [t.info.get("components", {}) for t in trajectories]
-    for name in sorted({name for c in components for name in c}):
-        metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
-    return metrics
 
 
 class Trainer:
@@ -114,10 +99,13 @@ class Trainer:
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         self.display = Display(cfg.log.quiet)
         self.run_dir = RunDir(resume) if resume else RunDir.for_config(cfg)
+        self.run_dir.check_writable(
+            f"make {resume} writable, or copy it somewhere writable and resume the copy"
+            if resume
+            else "set log.run_dir to a writable directory, e.g. log.run_dir=/tmp/runs"
+        )
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
-        if not resume:
-            self.run_dir.start(cfg)
         self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
         self.eval_runner = (
             make_runner(cfg, self.model, self.tokenizer, self.components, trees=False)
@@ -135,6 +123,7 @@ class Trainer:
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
+        self.reward_errors = RewardErrors(self.run_dir.reward_errors, self.display)
         self.state = {
             "step": 0,
             "cursor": 0,
@@ -143,18 +132,37 @@ class Trainer:
             "elapsed": 0.0,
             "hash": cfg.hash(),
         }
-        if resume:
+        if resume and complete_checkpoints(self.run_dir.checkpoints):
             self._resume()
+        else:
+            self._start(resumed=resume is not None)
+
+    def _start(self, resumed: bool) -> None:
+        """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
+        disk during the first save), which leaves nothing to resume from."""
+        removed = remove_incomplete(self.run_dir.checkpoints)
+        self.run_dir.start(self.cfg)
+        if resumed or removed:
+            self.display.message(
+                f"[yellow]{self.run_dir.path} has no complete checkpoint"
+                + (f" (removed {len(removed)} cut short by a kill or full disk)" if removed else "")
+                + "; starting the run from scratch"
+            )
 
     def _resume(self) -> None:
+        removed = remove_incomplete(self.run_dir.checkpoints)  # the complete ones are intact
         checkpoints = complete_checkpoints(self.run_dir.checkpoints)
-        if not checkpoints:
-            raise ConfigError(f"{self.run_dir.path} has no complete checkpoint to resume from")
         state = load_checkpoint(checkpoints[-1], self.model, self.optimizer, self.scheduler)
         if state["hash"] != self.cfg.hash():
             raise ConfigError(
                 f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
                 f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
+            )
+        if state["step"] > self.cfg.train.steps:
+            raise ConfigError(
+                f"{checkpoints[-1]} is at step {state['step']}, past train.steps="
+                f"{self.cfg.train.steps}; fix: leave train.steps out or set it to "
+                f"{state['step']} or more"
             )
         self.update_rng.set_state(state.pop("update_rng"))
         self.canary.load_state_dict(state.pop("canary"))
@@ -162,9 +170,19 @@ class Trainer:
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
         self.state = state
+        final_eval = state.get("final_eval")
+        if final_eval is not None and state["step"] == self.cfg.train.steps:
+            return  # finished: run() completes what a kill cut short, and touches nothing else
         self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
-        self.display.message(f"resumed {self.run_dir.path} at step {state['step']}")
+        if final_eval is not None:  # train.steps grew: the last step becomes an ordinary one
+            del self.state["final_eval"]
+            keep_eval = self.due(self.cfg.train.eval_every)
+            self.run_dir.reopen_final_step(state["step"], keep_eval)
+            if keep_eval:
+                self.canary.observe_eval(final_eval["eval/accuracy"])
+        cleaned = f" (removed {len(removed)} checkpoint(s) cut short)" if removed else ""
+        self.display.message(f"resumed {self.run_dir.path} at step {state['step']}{cleaned}")
 
     def save(self) -> None:
         # The reference is not saved: it is the starting model, rebuilt from model.name.
@@ -173,14 +191,15 @@ class Trainer:
         )
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
-        save_checkpoint(
-            self.run_dir.checkpoints,
-            self.state["step"],
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            state,
-        )
+        step, directory = self.state["step"], self.run_dir.checkpoints
+        try:
+            save_checkpoint(directory, step, self.model, self.optimizer, self.scheduler, state)
+        except Exception as e:  # torch and safetensors report a full disk as their own errors
+            raise RunDirError(
+                f"could not write checkpoint step-{step:06d} to {directory} ({type(e).__name__}: "
+                f"{e}; {free_space(directory)}); {resume_hint(self.run_dir.path)} once the disk "
+                "has room or is writable again"
+            ) from e
 
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
@@ -316,6 +335,7 @@ class Trainer:
         cfg = self.cfg
         with timed(timings, "time/rollout"):
             trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
+        self.reward_errors.record(self.state["step"] + 1, trajectories)
         for name, seconds in self.runner.timings.items():
             timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
         timings.update({f"rollout/{name}": value for name, value in self.runner.stats.items()})
@@ -378,6 +398,15 @@ class Trainer:
         return data, extra
 
     def run(self) -> dict:
+        """Train to train.steps and finish. The first Ctrl-C stops after the current step with a
+        checkpoint of it; any stop raises TrainingInterrupted naming what `--resume` continues."""
+        with explained_stops(self.run_dir.path, lambda: self.state["step"]):
+            if self.state.get("final_eval") is not None:  # resumed after its final eval
+                return self.finalize()
+            with stop_at_step_end() as stop_requested:
+                return self.train(stop_requested)
+
+    def train(self, stop_requested: Callable[[], bool]) -> dict:
         cfg, run_dir = self.cfg, self.run_dir
         started = time.perf_counter() - self.state["elapsed"]
         if self.state["base_eval"] is None:
@@ -389,6 +418,8 @@ class Trainer:
             )
         with self.display.bar("rl", cfg.train.steps, self.state["step"]) as bar:
             while self.state["step"] < cfg.train.steps:
+                if stop_requested():
+                    self.stop()
                 step_start = time.perf_counter()
                 metrics = self.step()
                 self.state["step"] += 1
@@ -405,7 +436,19 @@ class Trainer:
                 bar.update(self.state["step"], metrics)
                 if self.due(cfg.train.save_every):
                     self.save()
+        if stop_requested():
+            self.stop()
         return self.finish(started)
+
+    def stop(self) -> None:
+        """Ctrl-C, between steps: the state is exactly that after a whole step, so a checkpoint
+        of it resumes bit for bit."""
+        done = complete_checkpoints(self.run_dir.checkpoints)
+        if not done or checkpoint_step(done[-1]) != self.state["step"]:
+            self.save()
+        raise TrainingInterrupted(
+            f"stopped after step {self.state['step']}; {resume_hint(self.run_dir.path)}"
+        )
 
     def due(self, interval: int) -> bool:
         """Every `interval` steps (0 = never) before the last, which finish() handles."""
@@ -425,31 +468,20 @@ class Trainer:
     def finish(self, started: float) -> dict:
         final_eval = self.evaluate()
         self.run_dir.log({"step": self.state["step"], **final_eval})
+        self.state["final_eval"] = final_eval  # marks the checkpoint as that of a finished run
         self.state["elapsed"] = time.perf_counter() - started
         self.save()
+        return self.finalize()
+
+    def finalize(self) -> dict:
+        """final/, summary.json and the report, unless a finished run was resumed: then nothing."""
+        if self.run_dir.finished(self.state["step"]):
+            self.display.message(self.run_dir.finished_note())
+            return self.run_dir.read_summary()
         self.model.save_pretrained(self.run_dir.final)
         self.tokenizer.save_pretrained(self.run_dir.final)
-        base = self.state["base_eval"]
-        summary = {
-            "base_eval": base,
-            "final_eval": final_eval,
-            "steps": self.state["step"],
-            "wall_seconds": round(self.state["elapsed"], 1),
-            "config_hash": self.cfg.hash(),
-            "versions": {
-                "rlvr": rlvr.__version__,
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "python": platform.python_version(),
-            },
-            "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
-        }
-        self.run_dir.write_summary(summary)
-        plot_run(
-            self.run_dir.read_metrics(),
-            self.run_dir.path / "report.png",
-            str(self.run_dir.path.name),
-        )
+        summary = self.run_dir.write_summary(self.state, self.cfg.hash())
+        base, final_eval = self.state["base_eval"], self.state["final_eval"]
         rows = [
             (k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}")
             for k in final_eval

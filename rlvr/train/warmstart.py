@@ -22,6 +22,7 @@ from rlvr.registry import lookup
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
+from rlvr.train.setup import build_task
 
 COMPLETE = "COMPLETE"
 
@@ -30,7 +31,9 @@ def rlvr_home() -> Path:
     return Path(os.environ.get("RLVR_HOME", Path.home() / ".cache" / "rlvr"))
 
 
-def warm_start_key(cfg: Config) -> str:
+def warm_start_key(cfg: Config, task: Task | None = None) -> str:
+    """Settings, and the data `task` (built from `cfg` when not given) reads, that the warm
+    start depends on."""
     m = cfg.model
     task_cls = lookup(TASKS, cfg.task.name, "task.name", group="rlvr.tasks")
     settings = {
@@ -45,12 +48,19 @@ def warm_start_key(cfg: Config) -> str:
         "flawed": m.pretrain_flawed_share,
         "seed": cfg.train.seed,
     }
+    task = task or build_task(cfg)
+    if hasattr(task, "fingerprint"):
+        # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
+        settings["data"] = task.fingerprint()
+    if hasattr(task, "fit_prompts") and cfg.task.long_prompts != "error":
+        # Skipped or truncated rows depend on the room a prompt has.
+        settings["fit"] = [cfg.task.long_prompts, cfg.rollout.max_new_tokens]
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return f"{cfg.task.name.replace(':', '_')}-{m.preset}-{digest}"
 
 
-def warm_start_path(cfg: Config) -> Path:
-    return rlvr_home() / "tiny" / warm_start_key(cfg)
+def warm_start_path(cfg: Config, task: Task | None = None) -> Path:
+    return rlvr_home() / "tiny" / warm_start_key(cfg, task)
 
 
 def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[int], list[int]]:
@@ -120,8 +130,8 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
 
 
 def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
-    """The cached warm-started tiny model for these settings, built on first use."""
-    path = warm_start_path(cfg)
+    """The cached warm-started tiny model for these settings and data, built on first use."""
+    path = warm_start_path(cfg, task)
     if (path / COMPLETE).is_file():
         return path
     tokenizer = build_tokenizer()

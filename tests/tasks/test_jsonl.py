@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
@@ -136,3 +137,46 @@ def test_metadata_fields_reach_the_verifier_and_answer_may_be_absent(tmp_path):
     missing = JsonlParams(path=str(path), answer_field=None, metadata_fields=["constraints"])
     with pytest.raises(ValueError, match="line 1: missing field 'constraints'"):
         load_problems(str(path), missing)
+
+
+def test_a_line_that_is_not_utf8_names_the_file_line_and_fix(tmp_path):
+    path = tmp_path / "latin.jsonl"
+    good = json.dumps(rows(1)[0]).encode()
+    path.write_bytes(good + b"\n" + '{"prompt": "caf\u00e9?", "answer": "1"}'.encode("latin-1"))
+    with pytest.raises(ValueError) as error:
+        task(path)
+    message = str(error.value)
+    assert f"{path} line 2: not UTF-8 text (byte 0xe9 at column 16)" in message
+    assert "fix: save the file as UTF-8" in message and "iconv -f latin1 -t utf-8" in message
+
+
+def test_fingerprint_follows_the_files_contents(tmp_path):
+    path = write(tmp_path / "data.jsonl", rows(10))
+    before = task(path).fingerprint()
+    assert task(path).fingerprint() == before
+    write(path, rows(10)[::-1])  # same path, other rows
+    assert task(path).fingerprint() != before
+    evals = write(tmp_path / "eval.jsonl", rows(12)[10:])
+    with_eval = task(write(path, rows(10)), eval_path=str(evals)).fingerprint()
+    write(evals, rows(13)[10:])
+    assert task(path, eval_path=str(evals)).fingerprint() != with_eval
+
+
+def test_fit_prompts_drops_or_replaces_rows_and_passes_their_file_and_line(tmp_path):
+    long = {"prompt": "x" * 50, "answer": "0"}
+    path = write(tmp_path / "data.jsonl", rows(8)[:4] + [long] + rows(8)[4:])
+    t = task(path, eval_share=0.25)
+    seen = {}
+
+    def fit(problem, where):
+        seen[where] = problem.prompt
+        if problem.prompt == long["prompt"]:
+            return None
+        return replace(problem, prompt=problem.prompt.upper())
+
+    t.fit_prompts(fit)
+    assert seen[f"{path} line 5"] == long["prompt"] and len(seen) == 9
+    prompts = [t.train_problem(i).prompt for i in range(30)] + [p.prompt for p in t.eval_problems()]
+    assert long["prompt"] not in prompts and all(p.startswith("WHAT IS") for p in prompts)
+    with pytest.raises(ValueError, match="every training row's prompt is too long"):
+        t.fit_prompts(lambda problem, where: None)

@@ -23,7 +23,7 @@ def test_reward_settings_reach_the_reward_and_its_weight_applies():
     problem = Problem(id="p", prompt="2+3=", answer="5")
     score = built.reward(problem, "#### 5")  # correct, and 6 characters: full length penalty
     assert score.value == pytest.approx(1.0 - 0.5)
-    assert score.info == {"numeric": 1.0, "length": -1.0}
+    assert score.info == {"numeric": 1.0, "length": -1.0, "length/chars": 6.0}
 
 
 @pytest.mark.parametrize(

@@ -1,3 +1,5 @@
+import json
+
 from rlvr.config import load_config
 from rlvr.train.setup import build_task
 from rlvr.train.warmstart import ensure_warm_start, sft_example, warm_start_key, warm_start_path
@@ -36,3 +38,23 @@ def test_warm_start_key_follows_resolved_task_settings():
     assert warm_start_key(load_config(None, ["task.name=guess_number", "task.max_guesses=6"])) != (
         implicit
     )
+
+
+def test_warm_start_key_follows_the_data_files_contents(tmp_path):
+    path = tmp_path / "data.jsonl"
+
+    def key_with(rows, *overrides):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        cfg = load_config(None, ["task.name=jsonl", f"task.path={path}", *overrides])
+        return warm_start_key(cfg, build_task(cfg))
+
+    rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(10)]
+    before = key_with(rows)
+    assert key_with(rows) == before
+    assert key_with(rows[:9] + [{"prompt": "9+9=", "answer": "19"}]) != before  # same path
+    # Which rows are skipped depends on the room left for a prompt, so that is in the key too.
+    skip = key_with(rows, "task.long_prompts=skip")
+    assert skip != before and key_with(rows, "task.long_prompts=skip") == skip
+    assert key_with(rows, "task.long_prompts=skip", "rollout.max_new_tokens=64") != skip
+    # Built from the config when no task is given (as `rlvr pretrain` prints it).
+    assert warm_start_key(load_config(None, ["task.name=jsonl", f"task.path={path}"])) == before
