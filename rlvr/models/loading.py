@@ -96,18 +96,22 @@ def local_files_only(name: str) -> bool:
     return not hub_reachable(huggingface_hub.constants.ENDPOINT)
 
 
+def from_pretrained(loader, name: str, key: str = POLICY_KEY, **kwargs):
+    """`loader.from_pretrained(name, **kwargs)`, from the local cache alone while the hub cannot
+    be reached; ModelNotFoundError with the fix when it fails (`key`: the setting that named it)."""
+    cache_only = local_files_only(name)
+    try:
+        return loader.from_pretrained(name, local_files_only=cache_only, **kwargs)
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
+
+
 def load_tokenizer(
     name: str, trust_remote_code: bool = False, key: str = POLICY_KEY
 ) -> PreTrainedTokenizerBase:
     """The tokenizer of `name`, left-padding, with a chat template and a pad token (its EOS
     when it has none)."""
-    cache_only = local_files_only(name)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            name, trust_remote_code=trust_remote_code, local_files_only=cache_only
-        )
-    except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
+    tokenizer = from_pretrained(AutoTokenizer, name, key, trust_remote_code=trust_remote_code)
     if tokenizer.chat_template is None:
         raise ModelNotFoundError(
             f"the tokenizer of {name!r} has no chat template; fix: use an instruct/chat model, "
@@ -149,16 +153,9 @@ def load_model(
     `key` is the config setting that named the model, so the fix can say what to change."""
     if tokenizer is None:
         tokenizer = load_tokenizer(name, trust_remote_code, key)
-    cache_only = local_files_only(name)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            name,
-            dtype=DTYPES[dtype],
-            trust_remote_code=trust_remote_code,
-            local_files_only=cache_only,
-        )
-    except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
+    model = from_pretrained(
+        AutoModelForCausalLM, name, key, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+    )
     return model, tokenizer
 
 
@@ -167,13 +164,7 @@ def model_context(
 ) -> int | None:
     """Tokens the model `name` can attend over: the smaller of its config's position limit and
     the tokenizer's model_max_length, where each is set (None when neither is)."""
-    cache_only = local_files_only(name)
-    try:
-        config = AutoConfig.from_pretrained(
-            name, trust_remote_code=trust_remote_code, local_files_only=cache_only
-        )
-    except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, POLICY_KEY, cache_only)) from e
+    config = from_pretrained(AutoConfig, name, trust_remote_code=trust_remote_code)
     text_config = config.get_text_config()
     limits = [getattr(text_config, field, None) for field in CONTEXT_FIELDS]
     # transformers marks an unset model_max_length with a huge sentinel (int(1e30)).

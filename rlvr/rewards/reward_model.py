@@ -18,8 +18,7 @@ from rlvr.models.loading import (
     DTYPES,
     LoadSettings,
     ModelNotFoundError,
-    explain_load_error,
-    local_files_only,
+    from_pretrained,
     resolve_device,
 )
 from rlvr.rewards.batching import Batcher
@@ -49,20 +48,15 @@ def load_reward_model(
     name: str, dtype: str = "float32", trust_remote_code: bool = False
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a single-logit classifier and its tokenizer; ModelNotFoundError says how to fix it."""
-    cache_only = local_files_only(name)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            name, trust_remote_code=trust_remote_code, local_files_only=cache_only
-        )
-        model, loading = AutoModelForSequenceClassification.from_pretrained(
-            name,
-            dtype=DTYPES[dtype],
-            trust_remote_code=trust_remote_code,
-            output_loading_info=True,
-            local_files_only=cache_only,
-        )
-    except (OSError, ValueError) as e:
-        raise ModelNotFoundError(explain_load_error(name, e, KEY, cache_only)) from e
+    tokenizer = from_pretrained(AutoTokenizer, name, KEY, trust_remote_code=trust_remote_code)
+    model, loading = from_pretrained(
+        AutoModelForSequenceClassification,
+        name,
+        KEY,
+        dtype=DTYPES[dtype],
+        trust_remote_code=trust_remote_code,
+        output_loading_info=True,
+    )
     # A causal LM loads "fine" as a classifier, with a freshly initialised (random) head.
     if loading["missing_keys"]:
         missing = ", ".join(sorted(loading["missing_keys"]))
