@@ -71,7 +71,7 @@ def cmd_pretrain(args) -> None:
     cfg = _config(args.config, [f"task.name={args.task}", *args.overrides], args.quiet)
     components = build_components(cfg)
     load_policy(cfg, components, Display(cfg.log.quiet))
-    print(warm_start_path(cfg))
+    print(warm_start_path(cfg, components.task))
 
 
 def cmd_eval(args) -> None:

@@ -22,7 +22,6 @@ from rlvr.registry import lookup
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
-from rlvr.train.setup import build_task
 
 COMPLETE = "COMPLETE"
 
@@ -31,9 +30,8 @@ def rlvr_home() -> Path:
     return Path(os.environ.get("RLVR_HOME", Path.home() / ".cache" / "rlvr"))
 
 
-def warm_start_key(cfg: Config, task: Task | None = None) -> str:
-    """Settings, and the data `task` (built from `cfg` when not given) reads, that the warm
-    start depends on."""
+def warm_start_key(cfg: Config, task: Task) -> str:
+    """Settings, and the data `task` (built from `cfg`) reads, that the warm start depends on."""
     m = cfg.model
     task_cls = lookup(TASKS, cfg.task.name, "task.name", group="rlvr.tasks")
     settings = {
@@ -48,7 +46,6 @@ def warm_start_key(cfg: Config, task: Task | None = None) -> str:
         "flawed": m.pretrain_flawed_share,
         "seed": cfg.train.seed,
     }
-    task = task or build_task(cfg)
     if hasattr(task, "fingerprint"):
         # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
         settings["data"] = task.fingerprint()
@@ -59,7 +56,7 @@ def warm_start_key(cfg: Config, task: Task | None = None) -> str:
     return f"{cfg.task.name.replace(':', '_')}-{m.preset}-{digest}"
 
 
-def warm_start_path(cfg: Config, task: Task | None = None) -> Path:
+def warm_start_path(cfg: Config, task: Task) -> Path:
     return rlvr_home() / "tiny" / warm_start_key(cfg, task)
 
 

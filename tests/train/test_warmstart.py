@@ -19,25 +19,29 @@ def test_warm_start_is_cached_by_settings(tmp_path, monkeypatch):
     cfg = load_config(None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4"])
     calls = []
     path = ensure_warm_start(cfg, build_task(cfg), lambda step, loss: calls.append(step))
-    assert calls == [1, 2] and (path / "config.json").is_file() and path == warm_start_path(cfg)
+    assert (
+        calls == [1, 2]
+        and (path / "config.json").is_file()
+        and path == warm_start_path(cfg, build_task(cfg))
+    )
     assert ensure_warm_start(cfg, build_task(cfg), lambda step, loss: calls.append(step)) == path
     assert calls == [1, 2]  # the second call reused the cache
     other = load_config(
         None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4", "task.digits=2"]
     )
-    assert warm_start_path(other) != path
+    assert warm_start_path(other, build_task(other)) != path
 
 
 def test_warm_start_key_follows_resolved_task_settings():
     # Keyed on the settings with defaults filled in: spelling out a default changes nothing,
     # so a changed default cannot reuse a model warm-started under the old one.
-    implicit = warm_start_key(load_config(None, ["task.name=guess_number"]))
-    assert warm_start_key(load_config(None, ["task.name=guess_number", "task.max_guesses=8"])) == (
-        implicit
-    )
-    assert warm_start_key(load_config(None, ["task.name=guess_number", "task.max_guesses=6"])) != (
-        implicit
-    )
+    def key(*overrides):
+        cfg = load_config(None, ["task.name=guess_number", *overrides])
+        return warm_start_key(cfg, build_task(cfg))
+
+    implicit = key()
+    assert key("task.max_guesses=8") == implicit
+    assert key("task.max_guesses=6") != implicit
 
 
 def test_warm_start_key_follows_the_data_files_contents(tmp_path):
@@ -56,5 +60,3 @@ def test_warm_start_key_follows_the_data_files_contents(tmp_path):
     skip = key_with(rows, "task.long_prompts=skip")
     assert skip != before and key_with(rows, "task.long_prompts=skip") == skip
     assert key_with(rows, "task.long_prompts=skip", "rollout.max_new_tokens=64") != skip
-    # Built from the config when no task is given (as `rlvr pretrain` prints it).
-    assert warm_start_key(load_config(None, ["task.name=jsonl", f"task.path={path}"])) == before
