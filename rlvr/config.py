@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 try:
     import tomllib
@@ -25,6 +32,37 @@ class ConfigError(ValueError):
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSettings(Section):
+    """LoRA adapters on the policy (peft): only the adapters train; the base stays frozen."""
+
+    r: int = Field(
+        0,
+        ge=0,
+        description="LoRA rank; 0 trains every weight (full fine-tuning), r > 0 trains only "
+        "rank-r adapters on model.lora.target_modules (e.g. 16).",
+    )
+    alpha: float = Field(
+        16.0, gt=0, description="LoRA scaling numerator: adapter outputs are scaled by alpha / r."
+    )
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the adapters' input during training."
+    )
+    target_modules: list[str] | str = Field(
+        "all-linear",
+        description="Layers that get adapters: 'all-linear' (every linear layer but the output "
+        "head), a list of module names or name suffixes such as [q_proj, v_proj], or a regular "
+        "expression matched against whole module names.",
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _nonempty(cls, value: list[str] | str) -> list[str] | str:
+        names = [value] if isinstance(value, str) else value
+        if not names or not all(n.strip() for n in names):
+            raise ValueError("names no layer (use 'all-linear' or names such as [q_proj, v_proj])")
+        return value
 
 
 class ModelConfig(Section):
@@ -63,6 +101,10 @@ class ModelConfig(Section):
         le=1,
         description="Tiny model only: share of warm-start demonstrations that make the task's "
         "systematic mistake, so the base is imperfect and RL has work to do.",
+    )
+    lora: LoraSettings = Field(
+        default_factory=LoraSettings,
+        description="LoRA adapters (off while lora.r = 0).",
     )
 
 
@@ -110,7 +152,50 @@ class TaskConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class VLLMSettings(Section):
+    """How the vLLM engine runs (rollout.engine='vllm'); colocated in the trainer's process."""
+
+    gpu_memory_utilization: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="GPU only: share of GPU memory vLLM takes for weights and KV cache; the "
+        "rest is left to training, which shares the GPU.",
+    )
+    kv_cache_gib: float = Field(
+        1.0, gt=0, description="CPU only: GiB of memory for vLLM's KV cache."
+    )
+    sleep_mode: bool = Field(
+        True,
+        description="GPU only: free the KV cache and offload vLLM's weights while the policy "
+        "updates, so training gets the GPU's memory back.",
+    )
+    enforce_eager: bool = Field(
+        False,
+        description="Skip graph capture and compilation: a faster start, slower decoding.",
+    )
+    lora_sync: Literal["adapter", "merged"] = Field(
+        "adapter",
+        description="With model.lora: send vLLM the adapter alone, which it applies while "
+        "decoding (a sync moves megabytes, not the whole model), or the merged full weights "
+        "(no decoding overhead).",
+    )
+    sync_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds a weight sync may take before the run stops with an error "
+        "(instead of hanging, or sampling from stale weights).",
+    )
+
+
 class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="What samples rollouts: 'hf' (the embedded engine, decoding with the "
+        "training model itself) or 'vllm' (needs `pip install rlvr[vllm]`; gets the policy's "
+        "weights after every update).",
+    )
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="vLLM engine settings.")
     batch_size: int = Field(
         128, gt=0, description="Completions sampled per RL step (prompts per step x group_size)."
     )
@@ -416,11 +501,15 @@ def _field_type(key: str) -> Any:
 
 
 def _default(key: str) -> Any:
-    """The default of a leaf key such as 'rollout.max_new_tokens', else None."""
-    section, _, name = key.partition(".")
-    field = Config.model_fields.get(section)
-    sub = getattr(field.annotation, "model_fields", {}).get(name) if field else None
-    if sub is None or sub.is_required():
+    """The default of a leaf key such as 'rollout.max_new_tokens' or 'model.lora.r', else None."""
+    model: Any = Config
+    sub = None
+    for part in key.split("."):
+        sub = getattr(model, "model_fields", {}).get(part)
+        if sub is None:
+            return None
+        model = sub.annotation
+    if sub is None or sub.is_required() or isinstance(model, type) and issubclass(model, BaseModel):
         return None
     return sub.default_factory() if sub.default_factory else sub.default
 

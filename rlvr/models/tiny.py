@@ -51,16 +51,14 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
-    """A freshly initialised Llama-architecture causal LM of the given preset."""
-    import torch
-
+def build_config(preset: str, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+    """The Llama config of the given preset."""
     if preset not in PRESETS:
         raise ValueError(
             f"unknown tiny-model preset {preset!r}; choose one of {', '.join(PRESETS)}"
         )
     hidden, layers, heads, mlp = PRESETS[preset]
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -73,5 +71,12 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) 
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+
+
+def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
+    """A freshly initialised Llama-architecture causal LM of the given preset."""
+    import torch
+
+    config = build_config(preset, tokenizer)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,14 @@ class Engine(Protocol):
         """Sample one completion per prompt; `seeds[i]` alone determines prompt i's randomness."""
         ...
 
-    def load_weights(self, state_dict: dict) -> None:
-        """Take the trainer's current weights (a no-op when the engine shares the training model)."""
+    def load_weights(self, model: PreTrainedModel) -> None:
+        """Take the policy's current weights after an update (a no-op when the engine samples
+        with the training model itself); raise rather than hang or keep stale weights."""
+        ...
+
+    def release_memory(self) -> None:
+        """Free what sampling holds (KV cache) while the policy updates; the next load_weights
+        or generate takes it back. A no-op where nothing is held."""
         ...
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.models.lora import unwrapped
 from rlvr.rollout.engine import Completion, SamplingParams
 
 
@@ -53,12 +54,17 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)))
         self.pad_id = tokenizer.pad_token_id
-        # transformers 5 renamed `past_key_values` to `cache`; support both generations.
+        # transformers 5 renamed `past_key_values` to `cache`; support both generations. A LoRA
+        # wrapper forwards any keyword, so ask the model inside it.
+        forward = unwrapped(model).forward
         self.cache_arg = (
-            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+            "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
         )
 
-    def load_weights(self, state_dict: dict) -> None:
+    def load_weights(self, model: PreTrainedModel) -> None:
+        return None
+
+    def release_memory(self) -> None:
         return None
 
     @torch.no_grad()
@@ -154,7 +160,10 @@ class HFEngine:
             done |= hit_eos
             if params.stop:
                 for row in (live & ~hit_eos).nonzero().flatten().tolist():
-                    text = self.tokenizer.decode(tokens[row, : t + 1].tolist())
+                    # the visible text, as vLLM matches it: a special token's name is no stop
+                    text = self.tokenizer.decode(
+                        tokens[row, : t + 1].tolist(), skip_special_tokens=True
+                    )
                     if any(s in text for s in params.stop):
                         finish[row], done[row] = "stop", True
             if bool(done.all()):

@@ -1,4 +1,8 @@
-"""Crash-safe checkpoints: written to a temporary directory, fsynced, renamed, marked complete last."""
+"""Crash-safe checkpoints: written to a temporary directory, fsynced, renamed, marked complete last.
+
+Full fine-tuning saves the whole model (`model.safetensors`); a LoRA policy saves only what
+trains (`adapter.safetensors`), since its frozen base is reloaded from model.name.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,12 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from rlvr.config import ConfigError
+from rlvr.models.lora import is_lora, trainable_state_dict
+
 COMPLETE = "COMPLETE"
+MODEL_FILE = "model.safetensors"  # full fine-tuning: the whole state dict
+ADAPTER_FILE = "adapter.safetensors"  # LoRA: the trainable (adapter) parameters only
 
 
 def rng_state() -> dict[str, Any]:
@@ -51,10 +60,12 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
+        lora = is_lora(model)
+        weights = trainable_state_dict(model) if lora else model.state_dict()
         # clone: tied embeddings share storage, which safetensors refuses to write twice
         save_file(
-            {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            tmp / "model.safetensors",
+            {k: v.detach().cpu().clone() for k, v in weights.items()},
+            tmp / (ADAPTER_FILE if lora else MODEL_FILE),
         )
         torch.save(
             {
@@ -102,9 +113,47 @@ def checkpoint_step(path: Path) -> int:
 
 def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """Restore model, optimizer, scheduler and RNGs in place; return the trainer state."""
-    model.load_state_dict(load_file(path / "model.safetensors"), strict=True)
+    if is_lora(model):
+        load_adapters(path, model)
+    elif not (path / MODEL_FILE).is_file() and (path / ADAPTER_FILE).is_file():
+        raise ConfigError(
+            f"{path} holds only LoRA adapters, but model.lora.r = 0 (full fine-tuning); fix: "
+            "resume with the model.lora settings the run was written with"
+        )
+    else:
+        model.load_state_dict(load_file(path / MODEL_FILE), strict=True)
     payload = torch.load(path / "trainer.pt", weights_only=False)
     optimizer.load_state_dict(payload["optimizer"])
     scheduler.load_state_dict(payload["scheduler"])
     set_rng_state(payload["rng"])
     return payload["state"]
+
+
+def load_adapters(path: Path, model) -> None:
+    """Copy the saved trainable parameters of a LoRA model into it; the saved names must be
+    exactly the model's trainable ones (same model.lora settings), shapes included."""
+    if not (path / ADAPTER_FILE).is_file():
+        raise ConfigError(
+            f"{path} holds {'full model weights' if (path / MODEL_FILE).is_file() else 'no weights'}"
+            f", not LoRA adapters ({ADAPTER_FILE}), but model.lora.r > 0; fix: resume with the "
+            "model.lora settings the run was written with"
+        )
+    saved, params = load_file(path / ADAPTER_FILE), trainable_state_dict(model)
+    missing, unexpected = sorted(set(params) - set(saved)), sorted(set(saved) - set(params))
+    if missing or unexpected:
+        raise ConfigError(
+            f"{path}/{ADAPTER_FILE} does not fit this model's adapters: {len(missing)} trainable "
+            f"parameters missing (e.g. {missing[:2]}), {len(unexpected)} unexpected (e.g. "
+            f"{unexpected[:2]}); fix: resume with the model.name and model.lora settings the run "
+            "was written with"
+        )
+    wrong = [k for k in params if params[k].shape != saved[k].shape]
+    if wrong:
+        raise ConfigError(
+            f"{path}/{ADAPTER_FILE}: {wrong[0]} has shape {tuple(saved[wrong[0]].shape)}, the "
+            f"model's {tuple(params[wrong[0]].shape)} ({len(wrong)} such); fix: resume with the "
+            "model.lora settings the run was written with"
+        )
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(saved[name])

@@ -8,17 +8,21 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
+from rlvr.models.lora import is_lora, trainable_state_dict, unwrapped
 from rlvr.train.update import trim
 from rlvr.types import Batch
 
 
 class ValueModel(nn.Module):
-    """The policy's transformer body (a separate copy) with a scalar head on its last hidden state."""
+    """The policy's transformer body (a separate copy) with a scalar head on its last hidden state.
+
+    A LoRA policy's body is copied with its adapter layers and frozen base, so the critic trains
+    its own adapters and head, not the whole body."""
 
     def __init__(self, policy: PreTrainedModel):
         super().__init__()
-        self.body = copy.deepcopy(policy.base_model)
+        self.body = copy.deepcopy(unwrapped(policy).base_model)
         self.head = nn.Linear(policy.config.hidden_size, 1, device=policy.device)
         nn.init.zeros_(self.head.weight)  # start from V = 0: the first advantages are the returns
         nn.init.zeros_(self.head.bias)
@@ -43,8 +47,11 @@ class Critic:
 
     def __init__(self, policy: PreTrainedModel, cfg: Config):
         self.cfg = cfg
+        self.lora = is_lora(policy)  # then its frozen body is rebuilt from the policy, not saved
         self.model = ValueModel(policy)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.algo.critic_lr)
+        self.optimizer = torch.optim.AdamW(
+            trainable_state_dict(self.model).values(), lr=cfg.algo.critic_lr
+        )
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
@@ -98,8 +105,15 @@ class Critic:
         return {"critic/value_loss": total / max(steps, 1)}
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        model = trainable_state_dict(self.model) if self.lora else self.model.state_dict()
+        model = {k: v.detach() for k, v in model.items()}
+        return {"model": model, "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
+        if self.lora and set(state["model"]) != set(trainable_state_dict(self.model)):
+            raise ConfigError(
+                "the checkpoint's critic does not fit this critic's adapters; fix: resume with "
+                "the model.lora settings the run was written with"
+            )
+        self.model.load_state_dict(state["model"], strict=not self.lora)
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,4 +1,5 @@
-"""The frozen reference policy behind one small interface (a copy now; LoRA's disabled adapters later)."""
+"""The frozen reference policy behind one small interface: a copy of the starting policy, or,
+for a LoRA policy, the policy itself with its adapters disabled (no second copy)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 import torch
 from transformers import PreTrainedModel
 
+from rlvr.models.lora import adapters_disabled, is_lora
 from rlvr.train.update import batch_logprobs
 from rlvr.types import Batch
 
@@ -15,9 +17,21 @@ class ReferencePolicy:
     """Logprobs of the policy as it was when training started."""
 
     def __init__(self, policy: PreTrainedModel):
-        self.model = copy.deepcopy(policy).eval()
-        self.model.requires_grad_(False)
+        self.shared = is_lora(policy)  # the frozen base under the adapters is the reference
+        if self.shared:
+            self.model = policy
+        else:
+            self.model = copy.deepcopy(policy).eval()
+            self.model.requires_grad_(False)
 
     @torch.no_grad()
     def logprobs(self, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
-        return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+        if not self.shared:
+            return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+        was_training = self.model.training
+        self.model.eval()  # as the copy is: no dropout in the base
+        try:
+            with adapters_disabled(self.model):
+                return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+        finally:
+            self.model.train(was_training)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -19,7 +20,8 @@ from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import lookup
 from rlvr.rewards import REWARDS, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
-from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
@@ -117,6 +119,11 @@ def build_rewards(cfg: Config, verifier: str | None) -> dict[str, RewardFn]:
 
 
 def build_components(cfg: Config) -> Components:
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "rollout.engine = 'vllm', but vLLM is not installed. Fix: pip install -c "
+            "constraints.txt -e '.[vllm]' (see the README's vLLM section), or rollout.engine=hf."
+        )
     task = build_task(cfg)
     if task.verifier is None and cfg.task.rewards:
         raise ConfigError(
@@ -183,16 +190,36 @@ def env_factory(components: Components) -> Callable[[], Env]:
     return lambda: SingleTurnEnv(reward, verifier)
 
 
+def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
+    """The rollout engine of rollout.engine: the embedded one decodes with `model` itself; vLLM
+    loads the architecture from `model_path` and takes `model`'s weights at each sync."""
+    r = cfg.rollout
+    if r.engine == "hf":
+        return HFEngine(model, tokenizer, r.max_batch_size)
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(
+        model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
+        r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,
+        lora_rank=cfg.model.lora.r if r.vllm.lora_sync == "adapter" else 0,
+    )  # fmt: skip
+
+
 def make_runner(
-    cfg: Config, model, tokenizer, components: Components, trees: bool = True
+    cfg: Config,
+    model,
+    tokenizer,
+    components: Components,
+    trees: bool = True,
+    engine: Engine | None = None,
 ) -> EpisodeRunner:
-    """The embedded engine driving the task's env with the configured sampling and budgets;
-    a TreeRunner when rollout.tree_width is set and `trees` (eval always samples independently:
-    a tree's leaves are correlated, which would bias pass@k)."""
+    """`engine` (default: the embedded one) driving the task's env with the configured sampling
+    and budgets; a TreeRunner when rollout.tree_width is set and `trees` (eval always samples
+    independently: a tree's leaves are correlated, which would bias pass@k)."""
     r = cfg.rollout
     params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
     common = dict(
-        engine=HFEngine(model, tokenizer, r.max_batch_size),
+        engine=engine or HFEngine(model, tokenizer, r.max_batch_size),
         tokenizer=tokenizer,
         make_env=env_factory(components),
         params=params,

@@ -24,6 +24,13 @@ from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
+from rlvr.models.lora import (
+    apply_lora,
+    check_targets_early,
+    is_lora,
+    save_final,
+    trainable_state_dict,
+)
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
@@ -48,7 +55,7 @@ from rlvr.train.metrics import batch_metrics
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir, RunDirError
-from rlvr.train.setup import Components, build_components, make_runner
+from rlvr.train.setup import Components, build_components, build_engine, make_runner
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, policy_update
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
@@ -73,6 +80,8 @@ def load_policy(cfg: Config, components: Components, display: Display):
     """The policy and tokenizer, once the task's prompts are fitted into its context; the tiny
     model is warm-started (and cached) on first use."""
     m, task = cfg.model, components.task
+    if m.lora.r > 0:  # a LoRA target that fits no layer stops the run before any loading
+        check_targets_early(m)
     tokenizer = fit_prompts(cfg, task, m.name, display.message)
     name = m.name
     if name == "tiny":
@@ -81,6 +90,8 @@ def load_policy(cfg: Config, components: Components, display: Display):
             with display.bar("warm start (once per settings)", m.pretrain_steps) as bar:
                 ensure_warm_start(cfg, task, lambda s, loss: bar.update(s, {"sft_loss": loss}))
     model, tokenizer = load_model(name, m.dtype, m.trust_remote_code, tokenizer=tokenizer)
+    if m.lora.r > 0:  # the loaded weights freeze; only the adapters train
+        model = apply_lora(model, m.lora)
     return model.to(resolve_device(m.device)), tokenizer
 
 
@@ -106,9 +117,19 @@ class Trainer:
         )
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
-        self.runner = make_runner(cfg, self.model, self.tokenizer, self.components)
+        model_path = (
+            str(warm_start_path(cfg, self.components.task))
+            if cfg.model.name == "tiny"
+            else cfg.model.name
+        )
+        self.engine = build_engine(cfg, self.model, self.tokenizer, model_path)
+        self.runner = make_runner(
+            cfg, self.model, self.tokenizer, self.components, engine=self.engine
+        )
         self.eval_runner = (
-            make_runner(cfg, self.model, self.tokenizer, self.components, trees=False)
+            make_runner(
+                cfg, self.model, self.tokenizer, self.components, trees=False, engine=self.engine
+            )
             if cfg.rollout.tree_width
             else self.runner
         )
@@ -118,7 +139,9 @@ class Trainer:
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.canary = HackingMonitor()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+            trainable_state_dict(self.model).values(),
+            lr=cfg.train.lr,
+            weight_decay=cfg.train.weight_decay,
         )
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
@@ -136,6 +159,7 @@ class Trainer:
             self._resume()
         else:
             self._start(resumed=resume is not None)
+        self.engine.load_weights(self.model)  # a resumed or adapted policy differs from the files
 
     def _start(self, resumed: bool) -> None:
         """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
@@ -241,6 +265,7 @@ class Trainer:
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
+        self.engine.release_memory()
         with timed(timings, "time/update"):
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
                 result = policy_update(
@@ -250,6 +275,8 @@ class Trainer:
                 )  # fmt: skip
             else:  # critic warm-up: the policy waits until the values mean something
                 result = UpdateResult({}, skipped=0)
+        with timed(timings, "time/weight_sync"):
+            self.engine.load_weights(self.model)
         if self.critic is not None:
             with timed(timings, "time/critic"):
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
@@ -478,8 +505,11 @@ class Trainer:
         if self.run_dir.finished(self.state["step"]):
             self.display.message(self.run_dir.finished_note())
             return self.run_dir.read_summary()
-        self.model.save_pretrained(self.run_dir.final)
-        self.tokenizer.save_pretrained(self.run_dir.final)
+        if is_lora(self.model):  # merged weights, plus the adapter alone in final/adapter
+            save_final(self.model, self.tokenizer, self.run_dir.final)
+        else:
+            self.model.save_pretrained(self.run_dir.final)
+            self.tokenizer.save_pretrained(self.run_dir.final)
         summary = self.run_dir.write_summary(self.state, self.cfg.hash())
         base, final_eval = self.state["base_eval"], self.state["final_eval"]
         rows = [

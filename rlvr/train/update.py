@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import Config
@@ -64,14 +65,18 @@ def micro_batch_loss(
     cfg: Config,
     loss_fn,
     kl_fn: KLFn | None,
+    record: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss of one micro-batch, scaled so the micro-batches of a minibatch sum to its loss."""
+    """Loss of one micro-batch, scaled so the micro-batches of a minibatch sum to its loss;
+    `record` [B, T-1], where given, receives the rows' logprobs (before this step)."""
     algo, device = cfg.algo, model.device
     bonus = algo.entropy_coef > 0
     logprobs, entropy = micro_logprobs(
         model, data.batch, rows, cfg.rollout.temperature, with_entropy=True, entropy_grad=bonus
     )
     width = logprobs.shape[1]
+    if record is not None:
+        record[rows, :width] = logprobs.detach().float().cpu()
     old = (
         logprobs.detach()
         if data.old_logprobs is None
@@ -114,6 +119,11 @@ def policy_update(
     algo, batch = cfg.algo, data.batch
     sums: dict[str, float] = defaultdict(float)
     optimizer_steps = skipped = 0
+    # A single pass sees every row once, before any step: its logprobs are the trainer's view of
+    # the behaviour policy, free to compare with the engine's (the trainer compares them itself
+    # when it computes old logprobs in a separate pass).
+    single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
+    trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -123,8 +133,9 @@ def policy_update(
             step_metrics: dict[str, float] = defaultdict(float)
             for rows in minibatch.split(cfg.train.micro_batch_size):
                 loss, metrics = micro_batch_loss(
-                    model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn
-                )
+                    model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn,
+                    trainer_logprobs,
+                )  # fmt: skip
                 loss.backward()
                 for name, value in metrics.items():
                     step_metrics[name] += value
@@ -142,6 +153,10 @@ def policy_update(
             for name, value in step_metrics.items():
                 sums[name] += value
     metrics = {name: value / max(optimizer_steps, 1) for name, value in sums.items()}
+    if trainer_logprobs is not None:
+        metrics.update(
+            mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, batch.loss_mask)
+        )
     return UpdateResult(metrics, skipped)
 
 

