@@ -88,7 +88,9 @@ def timed_sync(engine, model, repeats: int = 3) -> float:
 
 
 def nbytes(weights: dict[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in weights.values())
+    """Bytes of distinct tensors: a tied embedding appears under two names but is one tensor."""
+    unique = {t.data_ptr(): t for t in weights.values()}
+    return sum(t.numel() * t.element_size() for t in unique.values())
 
 
 def main() -> None:
@@ -128,7 +130,33 @@ def main() -> None:
     gap_synced = logprob_gap(vllm_engine, updated, batch, params)
 
     adapted = apply_lora(copy.deepcopy(model), LoraSettings(r=16, alpha=32))
-    lora_sync = timed_sync(vllm_engine, adapted)
+    with torch.no_grad():  # a trained adapter: B away from its zero start
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.01)
+    merged_sync = timed_sync(vllm_engine, adapted)
+    startup = vllm_engine.startup_seconds
+    del vllm_engine  # one engine's KV cache at a time
+
+    # A LoRA policy's adapter alone: vLLM reads it at the next generate, so a one-token
+    # generate is part of the sync's cost.
+    lora_engine = VLLMEngine(
+        str(directory), tokenizer, eos_ids(model, tokenizer), settings, args.dtype, args.batch,
+        lora_rank=16,
+    )  # fmt: skip
+    one_token = SamplingParams(1, 1.0)
+
+    def adapter_sync() -> None:
+        lora_engine.load_weights(adapted)
+        lora_engine.generate(batch[:1], one_token, [0])
+
+    adapter_times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        adapter_sync()
+        adapter_times.append(time.perf_counter() - start)
+    lora_rate, _ = tokens_per_second(lora_engine, batch, params, seeds, args.repeats)
+    gap_adapter = logprob_gap(lora_engine, adapted, batch, params)
 
     import vllm
 
@@ -140,16 +168,25 @@ def main() -> None:
                 "batch": args.batch,
                 "max_new_tokens": args.max_new_tokens,
                 "dtype": args.dtype,
-                "generate_tokens_per_s": {"hf": round(hf_rate, 1), "vllm": round(vllm_rate, 1)},
+                "generate_tokens_per_s": {
+                    "hf": round(hf_rate, 1),
+                    "vllm": round(vllm_rate, 1),
+                    "vllm_lora_adapter": round(lora_rate, 1),
+                },
                 "vllm_over_hf": round(vllm_rate / hf_rate, 2),
-                "vllm_startup_s": round(vllm_engine.startup_seconds, 1),
+                "vllm_startup_s": round(startup, 1),
                 "vllm_compiled": not args.eager,
                 "logprob_gap": {
                     "start": gap_start,
                     "after_update_before_sync": gap_stale,
                     "after_sync": gap_synced,
+                    "lora_adapter_after_sync": gap_adapter,
                 },
-                "weight_sync_s": {"full": round(full_sync, 4), "lora_merged": round(lora_sync, 4)},
+                "weight_sync_s": {
+                    "full": round(full_sync, 4),
+                    "lora_merged": round(merged_sync, 4),
+                    "lora_adapter_incl_first_generate": round(min(adapter_times), 4),
+                },
                 "sync_bytes": {
                     "full": nbytes(policy_weights(updated)),
                     "lora_merged": nbytes(policy_weights(adapted)),

@@ -78,7 +78,7 @@ def cmd_eval(args) -> None:
     from rlvr.models.loading import load_model, resolve_device
     from rlvr.train.evaluate import evaluate
     from rlvr.train.prompt_fit import fit_prompts
-    from rlvr.train.setup import build_components, make_runner
+    from rlvr.train.setup import build_components, build_engine, make_runner
 
     cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
     components = build_components(cfg)
@@ -86,7 +86,9 @@ def cmd_eval(args) -> None:
     model, tokenizer = load_model(
         args.model, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
     )
-    runner = make_runner(cfg, model.to(resolve_device(cfg.model.device)), tokenizer, components)
+    model = model.to(resolve_device(cfg.model.device))
+    engine = build_engine(cfg, model, tokenizer, args.model)  # rollout.engine=vllm works here too
+    runner = make_runner(cfg, model, tokenizer, components, engine=engine)
     metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
     print(json.dumps(metrics, indent=2))
 

@@ -210,15 +210,18 @@ class VLLMEngine:
         def sync() -> None:
             from vllm.lora.request import LoRARequest
 
+            asleep = ["weights", "kv_cache"] if self.asleep else []
             if adapter_only:
                 model.save_pretrained(self.adapter_dir)  # peft writes the adapter alone
                 # load_inplace: vLLM re-reads the adapter at the next generate, same id or not
                 self.lora_request = LoRARequest("policy", 1, self.adapter_dir, load_inplace=True)
             else:
-                if self.asleep:
-                    self.llm.wake_up(tags=["weights"])
+                if "weights" in asleep:  # the weights come back before they are overwritten
+                    self.llm.wake_up(tags=[asleep.pop(0)])
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-            self._wake()
+            if asleep:
+                self.llm.wake_up(tags=asleep)
+            self.asleep = False
             self.llm.reset_prefix_cache()
 
         try:

@@ -100,3 +100,17 @@ def test_lora_trains_only_the_adapters_of_a_local_qwen2(qwen2_dir, tmp_path, eng
         merged.model.layers[0].self_attn.q_proj.weight, base.model.layers[0].self_attn.q_proj.weight
     )
     assert torch.equal(merged.model.embed_tokens.weight, base.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("engine", ["hf", VLLM])
+def test_rlvr_eval_scores_a_local_qwen2_with_each_engine(qwen2_dir, engine, capsys):
+    main(
+        [
+            "eval", str(qwen2_dir), "--task", "arithmetic", "task.eval_size=4", "train.eval_k=2",
+            "rollout.max_new_tokens=8", f"rollout.engine={engine}",
+            "rollout.vllm.enforce_eager=true",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out  # vLLM's log lines come first; the metrics are the last JSON
+    metrics = json.loads(out[out.rindex("\n{\n") if "\n{\n" in out else out.index("{") :])
+    assert {"eval/accuracy", "eval/pass@1", "eval/pass@2"} <= set(metrics)
