@@ -216,8 +216,22 @@ def test_an_unwritable_run_directory_stops_before_any_work(fast_overrides, tmp_p
     assert "fix: set log.run_dir to a writable directory" in err
 
 
+@pytest.fixture
+def ctrl_c_enabled():
+    """Ctrl-C as in a terminal. A shell starts background jobs (`pytest &`) with SIGINT
+    ignored, and rlvr leaves an ignored or custom SIGINT alone, so these tests set it."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def sigint_by_default() -> None:
+    """Popen preexec_fn: the child starts with SIGINT's default action, whatever ours is."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_saves_the_finished_step_and_resumes_bit_for_bit(
-    fast_overrides, monkeypatch, tmp_path
+    fast_overrides, monkeypatch, tmp_path, ctrl_c_enabled
 ):
     monkeypatch.setitem(REWARDS, "parity", parity)
     base = fast_overrides + SMALL + ["train.steps=3", "task.rewards={parity: 1.0}"]
@@ -314,7 +328,7 @@ def test_a_killed_and_an_interrupted_command_resume(fast_overrides, tmp_path):
 
     def start(*args):
         with open(err, "w") as handle:
-            return subprocess.Popen([*command, *args], stderr=handle)
+            return subprocess.Popen([*command, *args], stderr=handle, preexec_fn=sigint_by_default)
 
     def wait_for(process, done):
         while process.poll() is None and not done():
