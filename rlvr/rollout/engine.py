@@ -50,6 +50,16 @@ class Engine(Protocol):
         ...
 
 
+def is_greedy(
+    prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None
+) -> bool:
+    """Whether a generate call decodes greedily; a sampling call must bring one seed per prompt."""
+    greedy = params.temperature == 0
+    if not greedy and (seeds is None or len(seeds) != len(prompts)):
+        raise ValueError("sampling needs one seed per prompt (pass seeds=...)")
+    return greedy
+
+
 def sample_seed(*parts: int) -> int:
     """A 63-bit seed from (seed, stream, step, sample index): stable across runs and resumes."""
     return int(

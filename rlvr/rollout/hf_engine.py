@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.models.lora import unwrapped
-from rlvr.rollout.engine import Completion, SamplingParams
+from rlvr.rollout.engine import Completion, SamplingParams, is_greedy
 
 
 def sampling_logprobs(
@@ -76,9 +76,7 @@ class HFEngine:
     ) -> list[Completion]:
         if not prompts:
             return []
-        greedy = params.temperature == 0
-        if not greedy and (seeds is None or len(seeds) != len(prompts)):
-            raise ValueError("sampling needs one seed per prompt (pass seeds=...)")
+        greedy = is_greedy(prompts, params, seeds)
         if len(prompts) > self.max_batch_size:
             size = self.max_batch_size
             return [

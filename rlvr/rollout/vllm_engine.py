@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.config import VLLMSettings
 from rlvr.models.lora import is_lora, merged_state_dict
-from rlvr.rollout.engine import Completion, SamplingParams
+from rlvr.rollout.engine import Completion, SamplingParams, is_greedy
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM can reserve room for
 INSTALL = "pip install -c constraints.txt -e '.[vllm]' (see the README's vLLM section)"
@@ -150,9 +150,7 @@ class VLLMEngine:
     ) -> list[Completion]:
         if not prompts:
             return []
-        greedy = params.temperature == 0
-        if not greedy and (seeds is None or len(seeds) != len(prompts)):
-            raise ValueError("sampling needs one seed per prompt (pass seeds=...)")
+        greedy = is_greedy(prompts, params, seeds)
         if self.failed_sync is not None:
             raise WeightSyncError(
                 "this vLLM engine holds partly loaded weights since a weight sync failed "
