@@ -23,6 +23,8 @@ from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
+from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
+from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.types import Problem, Score
@@ -121,8 +123,8 @@ def build_rewards(cfg: Config, verifier: str | None) -> dict[str, RewardFn]:
 def build_components(cfg: Config) -> Components:
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            "rollout.engine = 'vllm', but vLLM is not installed. Fix: pip install -c "
-            "constraints.txt -e '.[vllm]' (see the README's vLLM section), or rollout.engine=hf."
+            f"rollout.engine = 'vllm', but vLLM is not installed. Fix: {VLLM_INSTALL}, or "
+            "rollout.engine=hf."
         )
     task = build_task(cfg)
     if task.verifier is None and cfg.task.rewards:
@@ -196,8 +198,6 @@ def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
     r = cfg.rollout
     if r.engine == "hf":
         return HFEngine(model, tokenizer, r.max_batch_size)
-    from rlvr.rollout.vllm_engine import VLLMEngine
-
     return VLLMEngine(
         model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
         r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -90,3 +91,14 @@ def test_a_run_with_code_rewards_refuses_to_start_without_isolation(tmp_path):
     assert result.returncode != 0
     assert "cannot isolate programs" in result.stderr and "Fix:" in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_vllm_engine_without_vllm_stops_before_any_work(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "vllm" else find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"vLLM is not installed.*vllm_cpu_tests\.sh"):
+        build_components(load_config(None, ["rollout.engine=vllm"]))
