@@ -76,6 +76,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def policy_path(cfg: Config, task) -> str:
+    """Where the policy's starting weights live: model.name, or the tiny model's warm start."""
+    return str(warm_start_path(cfg, task)) if cfg.model.name == "tiny" else cfg.model.name
+
+
 def load_policy(cfg: Config, components: Components, display: Display):
     """The policy and tokenizer, once the task's prompts are fitted into its context; the tiny
     model is warm-started (and cached) on first use."""
@@ -83,9 +88,9 @@ def load_policy(cfg: Config, components: Components, display: Display):
     if m.lora.r > 0:  # a LoRA target that fits no layer stops the run before any loading
         check_targets_early(m)
     tokenizer = fit_prompts(cfg, task, m.name, display.message)
-    name = m.name
-    if name == "tiny":
-        name, tokenizer = str(warm_start_path(cfg, task)), None  # the warm start saves its own
+    name = policy_path(cfg, task)
+    if m.name == "tiny":
+        tokenizer = None  # the warm start saves its own
         if not (Path(name) / "COMPLETE").is_file():
             with display.bar("warm start (once per settings)", m.pretrain_steps) as bar:
                 ensure_warm_start(cfg, task, lambda s, loss: bar.update(s, {"sft_loss": loss}))
@@ -117,11 +122,7 @@ class Trainer:
         )
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
-        model_path = (
-            str(warm_start_path(cfg, self.components.task))
-            if cfg.model.name == "tiny"
-            else cfg.model.name
-        )
+        model_path = policy_path(cfg, self.components.task)
         self.engine = build_engine(cfg, self.model, self.tokenizer, model_path)
         self.runner = make_runner(
             cfg, self.model, self.tokenizer, self.components, engine=self.engine
