@@ -12,6 +12,7 @@ from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import Config
+from rlvr.distributed.data_parallel import SINGLE, DataParallel
 from rlvr.train.logprobs import token_logprobs
 from rlvr.types import Batch
 
@@ -114,8 +115,11 @@ def policy_update(
     loss_fn,
     kl_fn: KLFn | None,
     generator: torch.Generator,
+    parallel: DataParallel = SINGLE,
 ) -> UpdateResult:
-    """algo.ppo_epochs passes over the batch, each split into algo.minibatches optimizer steps."""
+    """algo.ppo_epochs passes over the batch, each split into algo.minibatches optimizer steps;
+    with `parallel`, this rank computes its share of each minibatch (every rank must call this
+    with the same data and generator state)."""
     algo, batch = cfg.algo, data.batch
     sums: dict[str, float] = defaultdict(float)
     optimizer_steps = skipped = 0
@@ -131,7 +135,7 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             num_tokens = float(batch.loss_mask[minibatch].sum())
             step_metrics: dict[str, float] = defaultdict(float)
-            for rows in minibatch.split(cfg.train.micro_batch_size):
+            for rows in parallel.share(minibatch).split(cfg.train.micro_batch_size):
                 loss, metrics = micro_batch_loss(
                     model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn,
                     trainer_logprobs,
@@ -139,6 +143,8 @@ def policy_update(
                 loss.backward()
                 for name, value in metrics.items():
                     step_metrics[name] += value
+            parallel.sum_gradients(model.parameters())
+            step_metrics = parallel.sum_metrics(step_metrics)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
             if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
                 optimizer.zero_grad(
@@ -154,6 +160,7 @@ def policy_update(
                 sums[name] += value
     metrics = {name: value / max(optimizer_steps, 1) for name, value in sums.items()}
     if trainer_logprobs is not None:
+        parallel.sum_tensor(trainer_logprobs)  # each rank recorded its own rows
         metrics.update(
             mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, batch.loss_mask)
         )

@@ -1,0 +1,1 @@
+"""Scale-out: data-parallel updates, Ray rollout workers and trainer ranks, asynchronous schedules."""
