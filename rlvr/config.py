@@ -263,6 +263,14 @@ class RolloutConfig(Section):
         description="Threads that score responses in parallel (sandboxed code, reward models, "
         "judges); 1 scores them one by one.",
     )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous RL (needs distributed.backend='ray'): rollout runs up to this "
+        "many policy versions ahead of training. 0 is the synchronous loop; 1 samples step s+1 "
+        "with step s's weights while step s trains (one-step-off). Needs algo.tis != 'off': the "
+        "decoupled objective weighs each token by pi_proximal / pi_behaviour.",
+    )
 
 
 class AlgoConfig(Section):
@@ -335,6 +343,22 @@ class AlgoConfig(Section):
     lam: float = Field(
         1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
     )
+    lam_mode: Literal["fixed", "length_adaptive"] = Field(
+        "fixed",
+        description="gae: 'fixed' uses lam for advantages and critic targets; 'length_adaptive' "
+        "(VAPO / SAO) uses lam = 1 - 1/(lam_alpha * policy tokens of the sequence) for the "
+        "advantages and lam = 1 for the critic's targets.",
+    )
+    lam_alpha: float = Field(
+        1.5, gt=0, description="gae, lam_mode=length_adaptive: the alpha of 1 - 1/(alpha * len)."
+    )
+    baseline_decay: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="running_mean: the baseline b <- decay * b + (1 - decay) * batch mean reward "
+        "(the first batch sets b to its mean).",
+    )
     dynamic_sampling: bool = Field(
         False,
         description="DAPO: drop groups whose rewards are all equal and sample more prompts until "
@@ -370,6 +394,23 @@ class AlgoConfig(Section):
     )
     critic_warmup_steps: int = Field(
         0, ge=0, description="gae: RL steps at the start that fit only the critic, not the policy."
+    )
+    critic_updates: int = Field(
+        1,
+        gt=0,
+        description="gae: critic passes (each ppo_epochs x minibatches steps) per policy update; "
+        "SAO uses 2.",
+    )
+    critic_freeze: list[str] = Field(
+        default_factory=list,
+        description="gae: parameter-name substrings the critic does not train, e.g. ['attn'] "
+        "(SAO's frozen-attention critic).",
+    )
+    dis_clip_low: float = Field(
+        0.3, ge=0, description="dis: tokens with ratio <= 1 - dis_clip_low get no gradient."
+    )
+    dis_clip_high: float = Field(
+        5.0, gt=0, description="dis: tokens with ratio >= 1 + dis_clip_high get no gradient."
     )
     pass_k: int = Field(4, gt=0, description="passk: the k whose pass@k the advantages optimise.")
     loss_norm_tokens: int | None = Field(
@@ -427,6 +468,56 @@ class LogConfig(Section):
     quiet: bool = Field(False, description="Plain log lines instead of a live progress bar.")
 
 
+class DistributedConfig(Section):
+    """Where the work runs: in this process, or on Ray actors (rlvr/distributed/)."""
+
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="'local': everything in this process. 'ray': rollout workers (and trainer "
+        "ranks beyond the first) are Ray actors; needs `pip install rlvr[ray]`.",
+    )
+    address: str | None = Field(
+        None,
+        description="ray: None starts Ray on this machine; 'auto' or 'ray://HOST:10001' joins "
+        "a running cluster (the model path must be readable on every node).",
+    )
+    rollout_workers: int = Field(
+        2, gt=0, description="ray: rollout actors, each with its own copy of the policy and engine."
+    )
+    trainer_ranks: int = Field(
+        1,
+        gt=0,
+        description="ray: data-parallel ranks of the policy update (gloo on CPU, NCCL on GPU); "
+        "rank 0 is this process, the others are Ray actors.",
+    )
+    placement: Literal["colocated", "disaggregated"] = Field(
+        "colocated",
+        description="ray: 'colocated' puts rollout worker i and trainer rank i in one placement "
+        "bundle (sharing its devices); 'disaggregated' gives rollout and training their own.",
+    )
+    worker_cpus: float = Field(
+        1.0, gt=0, description="ray: CPUs reserved per rollout worker and per trainer rank."
+    )
+    worker_gpus: float = Field(
+        0.0,
+        ge=0,
+        description="ray: GPUs per rollout worker and trainer rank (a fraction shares a device).",
+    )
+    torch_threads: int = Field(1, gt=0, description="ray: torch intra-op threads in each actor.")
+    rollout_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="ray: seconds a rollout or weight load may take before the run stops with "
+        "an error (never a silent hang).",
+    )
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        description="ray: times a dead actor is restarted; its unfinished rollouts are sampled "
+        "again with the same seeds and weights, so nothing is lost or counted twice.",
+    )
+
+
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     task: TaskConfig = Field(
@@ -438,6 +529,9 @@ class Config(Section):
         default_factory=TrainConfig, description="Optimisation and schedule."
     )
     log: LogConfig = Field(default_factory=LogConfig, description="Run directory and display.")
+    distributed: DistributedConfig = Field(
+        default_factory=DistributedConfig, description="Ray rollout workers and trainer ranks."
+    )
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -459,13 +553,36 @@ class Config(Section):
                 f"train.micro_batch_size = {t.micro_batch_size} does not divide the minibatch of "
                 f"{minibatch} sequences (rollout.batch_size / algo.minibatches); fix: choose a divisor"
             )
+        if r.max_staleness and self.distributed.backend != "ray":
+            raise ValueError(
+                f"rollout.max_staleness = {r.max_staleness} samples while the policy trains, "
+                "which needs rollout workers of their own; fix: distributed.backend=ray (or "
+                "rollout.max_staleness=0)"
+            )
+        if r.max_staleness and a.tis == "off":
+            raise ValueError(
+                f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
+                "which needs the decoupled objective; fix: algo.tis=token (or sequence)"
+            )
+        if r.max_staleness and a.dynamic_sampling:
+            raise ValueError(
+                "rollout.max_staleness > 0 samples future steps' prompts ahead, which "
+                "algo.dynamic_sampling's extra rounds would reorder; fix: turn one of them off"
+            )
         return self
 
     def hash(self) -> str:
         """Hash of what determines the run's numbers (not where it logs)."""
         import hashlib
 
-        data = self.model_dump(mode="json", exclude={"log": True, "train": {"steps"}})
+        data = self.model_dump(
+            mode="json",
+            exclude={
+                "log": True,
+                "train": {"steps"},
+                "distributed": {"address", "rollout_timeout", "max_restarts"},
+            },
+        )
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -68,6 +68,13 @@ class Trajectory:
     finish_reason: str = "eos"
     response_text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    # the policy version (updates done) that sampled each token, aligned with token_ids; -1 on
+    # tokens the policy did not generate
+    versions: list[int] = field(default_factory=list)
+
+    def stamp(self, version: int) -> None:
+        """Record that the policy at `version` generated every policy token."""
+        self.versions = [version if m else -1 for m in self.loss_mask]
 
     @property
     def reward(self) -> float:

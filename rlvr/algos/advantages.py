@@ -30,6 +30,7 @@ class AdvInputs:
     # value minus its parent's, and 1 / the number of rows sharing that segment
     segment_advantages: torch.Tensor | None = None  # [B, T]
     segment_weights: torch.Tensor | None = None  # [B, T]
+    reward_mean: torch.Tensor | None = None  # [] mean reward of earlier steps (running_mean)
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -178,8 +179,13 @@ def opo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _broadcast(rewards - baseline[index], inputs.loss_mask)
 
 
-def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE advantages and critic targets (advantages + values), both float32 [B, T]."""
+def _gae(inputs: AdvInputs, algo: AlgoConfig, lam: torch.Tensor) -> torch.Tensor:
+    """float64 GAE [B, T] with a per-row lambda [B], over policy tokens only.
+
+    Off-mask tokens (prompt, multi-turn observations) are skipped, not zeroed: the last action
+    token of turn i bootstraps from the first action token of turn i+1 (SAO's skip-observation
+    GAE), delta = r + gamma V(a_i+1,0) - V(a_i,N), A(a_i,N) = delta + gamma lam A(a_i+1,0).
+    """
     source = "the trainer fills from the critic when algo.advantage='gae'"
     values = _require(inputs, "values", "gae", source).double()
     mask = inputs.loss_mask.bool()
@@ -189,19 +195,73 @@ def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torc
     next_adv = torch.zeros_like(next_value)
     for t in reversed(range(rewards.shape[1])):
         delta = rewards[:, t] + algo.gamma * next_value - values[:, t]
-        a = delta + algo.gamma * algo.lam * next_adv
-        # skip off-mask tokens so a multi-turn observation gap does not break the recursion
+        a = delta + algo.gamma * lam * next_adv
         on = mask[:, t]
         adv[:, t] = torch.where(on, a, 0.0)
         next_value = torch.where(on, values[:, t], next_value)
         next_adv = torch.where(on, a, next_adv)
-    returns = torch.where(mask, adv + values, 0.0)
-    return adv.float(), returns.float()
+    return adv
+
+
+def policy_lambda(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Per-row GAE lambda [B] of the advantages: algo.lam, or 1 - 1/(lam_alpha * len) (VAPO)
+    with len the row's policy tokens when algo.lam_mode = 'length_adaptive' (clamped at 0)."""
+    mask = inputs.loss_mask
+    if algo.lam_mode == "fixed":
+        return torch.full((mask.shape[0],), algo.lam, dtype=torch.float64, device=mask.device)
+    lengths = mask.bool().sum(dim=1).double().clamp(min=1)
+    return (1 - 1 / (algo.lam_alpha * lengths)).clamp(min=0)
+
+
+def gae_targets(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Critic targets of gae, float32 [B, T]: GAE + V with lam, or with lam = 1 (the discounted
+    return to go) when algo.lam_mode = 'length_adaptive'; zero off the loss mask."""
+    mask = inputs.loss_mask
+    lam = 1.0 if algo.lam_mode == "length_adaptive" else algo.lam
+    rows = torch.full((mask.shape[0],), lam, dtype=torch.float64, device=mask.device)
+    adv = _gae(inputs, algo, rows)  # raises when values are missing
+    return torch.where(mask.bool(), adv + inputs.values.double(), 0.0).float()
+
+
+def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE advantages and critic targets (gae_targets), both float32 [B, T]."""
+    return gae(inputs, algo), gae_targets(inputs, algo)
 
 
 def gae(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
-    """GAE from critic values: A_t = delta_t + gamma lam A_t+1, delta_t = r_t + gamma V_t+1 - V_t."""
-    return gae_returns(inputs, algo)[0]
+    """GAE from critic values: A_t = delta_t + gamma lam A_t+1, delta_t = r_t + gamma V_t+1 - V_t;
+    lam per row from policy_lambda, observation tokens skipped."""
+    return _gae(inputs, algo, policy_lambda(inputs, algo)).float()
+
+
+def running_mean(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Running-mean baseline: A = r - b, b a moving average of earlier steps' rewards (RunningMean)."""
+    source = "the trainer fills from its RunningMean of earlier steps' rewards"
+    baseline = _require(inputs, "reward_mean", "running_mean", source)
+    return _broadcast(inputs.rewards.double() - baseline.double(), inputs.loss_mask)
+
+
+class RunningMean:
+    """Baseline state of running_mean: b <- decay * b + (1 - decay) * batch mean reward.
+
+    `value` is 0.0 before any update; the first update sets it to the batch mean."""
+
+    def __init__(self, decay: float):
+        self.decay, self.value, self.updates = decay, 0.0, 0
+
+    def update(self, rewards: torch.Tensor) -> float:
+        if rewards.numel():
+            mean = float(rewards.double().mean())
+            first = self.updates == 0
+            self.value = mean if first else self.decay * self.value + (1 - self.decay) * mean
+            self.updates += 1
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value, "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value, self.updates = float(state["value"]), int(state["updates"])
 
 
 def _binom_ratio(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
@@ -269,6 +329,8 @@ for _fn in (grpo, mt_grpo, dr_grpo, rloo, reinforce_pp_baseline, opo, tree):
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
 passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
+gae.critic_targets = gae_targets  # the trainer fits the critic to these (default: A + V)
+running_mean.requires = ("reward_mean",)
 remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
@@ -283,6 +345,7 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "remax": remax,
     "opo": opo,
     "gae": gae,
+    "running_mean": running_mean,
     "passk": passk,
     "tree": tree,
 }

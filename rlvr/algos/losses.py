@@ -27,6 +27,7 @@ class LossInputs:
     num_tokens: float
     num_seqs: int
     norm_constant: float = 1.0  # seq-mean-token-sum-norm's divisor (Dr. GRPO: the token budget)
+    behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's sampling logprobs (dis)
 
 
 @dataclass
@@ -176,6 +177,27 @@ def sapo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     )
 
 
+def dis(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """DIS (SAO, arXiv:2607.07508): -sg(f(r) * A) * log pi, r = pi / pi_behaviour, f(r) = r inside
+    (1 - dis_clip_low, 1 + dis_clip_high), else 0.
+
+    Direct double-sided importance sampling: the ratio is to the engine's own sampling logprobs,
+    with no recomputed pi_old. A token whose ratio leaves the band gets no gradient, but stays in
+    the aggregation's denominator. `mask_frac` is the share of policy tokens so dropped.
+    """
+    if inputs.behaviour_logprobs is None:
+        raise ValueError(
+            "loss 'dis' needs LossInputs.behaviour_logprobs (the engine's sampling logprobs), "
+            "which the update fills from batch.behaviour_logprobs; got None."
+        )
+    log_ratio = (inputs.logprobs - inputs.behaviour_logprobs).clamp(-20, 20).detach()
+    ratio = log_ratio.exp()
+    inside = (ratio > 1 - algo.dis_clip_low) & (ratio < 1 + algo.dis_clip_high)
+    weight = torch.where(inside, ratio, 0.0) * inputs.advantages
+    metrics = {"mask_frac": _token_avg(~inside, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
+    return LossOutput(_aggregate(-weight * inputs.logprobs, inputs, algo), metrics)
+
+
 def reinforce(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     """Plain on-policy policy gradient, -A * log pi (ignores old logprobs; no clipping)."""
     return LossOutput(_aggregate(-inputs.advantages * inputs.logprobs, inputs, algo))
@@ -197,5 +219,6 @@ LOSSES: dict[str, LossFn] = {
     "gspo": gspo,
     "cispo": cispo,
     "sapo": sapo,
+    "dis": dis,
     "reinforce": reinforce,
 }

@@ -74,3 +74,21 @@ def _reduce_bucket(grads: list[torch.Tensor]) -> None:
 
 
 SINGLE = DataParallel()
+
+
+class LocalUpdate:
+    """The update group of one process: policy_update, nothing to keep in step."""
+
+    def load(self, model, optimizer, scheduler) -> None:
+        return None
+
+    def update(self, model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator):
+        from rlvr.train.update import policy_update
+
+        return policy_update(model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator)
+
+    def describe(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None

@@ -99,18 +99,22 @@ class EpisodeRunner:
         group_size: int,
         seed: Sequence[int],
         params: SamplingParams | None = None,
+        first_group: int = 0,
     ) -> list[Trajectory]:
         """Trajectories ordered problem by problem, `group_size` each; sample i of the call is
-        seeded from (*seed, i, turn), so the same call always samples the same tokens."""
+        seeded from (*seed, i, turn), so the same call always samples the same tokens. Groups
+        and samples are numbered from `first_group`: a share of a batch collected elsewhere
+        (another rollout worker) samples exactly what the whole batch would."""
         params = params or self.params
         self.timings = {"generate": 0.0, "env": 0.0}
         episodes = []
-        for group_id, problem in enumerate(problems):
+        for group_id, problem in enumerate(problems, start=first_group):
             for _ in range(group_size):
                 env = self.make_env()
                 tools = getattr(env, "tool_schemas", None)
                 conversation = Conversation(self.tokenizer, env.reset(problem), tools=tools)
-                episodes.append(Episode(problem, group_id, len(episodes), env, conversation))
+                index = first_group * group_size + len(episodes)
+                episodes.append(Episode(problem, group_id, index, env, conversation))
         for turn in range(self.max_turns):
             for episode in episodes:
                 if not episode.done and self._room(episode) <= 0:

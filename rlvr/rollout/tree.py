@@ -251,13 +251,14 @@ class TreeRunner(EpisodeRunner):
         group_size: int,
         seed: Sequence[int],
         params: SamplingParams | None = None,
+        first_group: int = 0,
     ) -> list[Trajectory]:
         params = params or self.params
         self.timings = {"generate": 0.0, "env": 0.0, "score": 0.0}
         self.stats = {"tokens_generated": 0, "tokens_discarded": 0, "fallback_leaves": 0}
         leaves = min(self.budget or group_size, group_size)
         trees, paths = [], []
-        for group, problem in enumerate(problems):
+        for group, problem in enumerate(problems, start=first_group):
             env = self.make_env()
             tools = getattr(env, "tool_schemas", None)
             state = Episode(
@@ -277,7 +278,7 @@ class TreeRunner(EpisodeRunner):
         ]
         self.stats["fallback_leaves"] = len(extra)
         self._advance(extra, seed, params)
-        return self._trajectories(trees)
+        return self._trajectories(trees, first_group * group_size)
 
     def _root_branch(self, tree: _Tree, group_size: int, forkable: bool = True) -> _Path:
         k = len(tree.root.children)
@@ -454,7 +455,7 @@ class TreeRunner(EpisodeRunner):
 
     # ---------------------------------------------------------------- leaves out
 
-    def _trajectories(self, trees: list[_Tree]) -> list[Trajectory]:
+    def _trajectories(self, trees: list[_Tree], first_sample: int) -> list[Trajectory]:
         out: list[Trajectory] = []
         useful = independent = branch_points = 0
         for tree in trees:
@@ -465,7 +466,7 @@ class TreeRunner(EpisodeRunner):
             branch_points += sum(len(n.children) > 1 for n in _nodes(tree.root))
             for leaf in leaves:
                 episode = leaf.path.episode
-                episode.sample_index = len(out)
+                episode.sample_index = first_sample + len(out)
                 chain = []
                 node = leaf
                 while node.parent is not None:

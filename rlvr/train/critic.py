@@ -42,6 +42,22 @@ def clipped_value_loss(
     return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
 
 
+def freeze(model: nn.Module, patterns: list[str]) -> None:
+    """Stop training every parameter whose name contains one of `patterns` (algo.critic_freeze,
+    e.g. ['attn']: SAO's frozen-attention critic); a pattern that matches none is a ConfigError."""
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(pattern in name for name in names):
+            parts = sorted({p for name in names for p in name.split(".") if not p.isdigit()})
+            raise ConfigError(
+                f"algo.critic_freeze: '{pattern}' matches no parameter of the value model. "
+                f"Fix: use a part of its parameter names: {', '.join(parts)}."
+            )
+    for name, param in model.named_parameters():
+        if any(pattern in name for pattern in patterns):
+            param.requires_grad_(False)
+
+
 class Critic:
     """A value model with its own optimizer and learning rate (algo.critic_lr)."""
 
@@ -49,6 +65,7 @@ class Critic:
         self.cfg = cfg
         self.lora = is_lora(policy)  # then its frozen body is rebuilt from the policy, not saved
         self.model = ValueModel(policy)
+        freeze(self.model, cfg.algo.critic_freeze)
         self.optimizer = torch.optim.AdamW(
             trainable_state_dict(self.model).values(), lr=cfg.algo.critic_lr
         )
@@ -71,11 +88,12 @@ class Critic:
         old_values: torch.Tensor,
         generator: torch.Generator,
     ) -> dict[str, float]:
-        """Fit the values to the returns for algo.ppo_epochs x algo.minibatches steps."""
+        """Fit the values to the returns: algo.critic_updates passes (SAO's two-timescale critic)
+        of algo.ppo_epochs x algo.minibatches optimizer steps each."""
         algo, train = self.cfg.algo, self.cfg.train
         total, steps = 0.0, 0
         self.model.train()
-        for _ in range(algo.ppo_epochs):
+        for _ in range(algo.critic_updates * algo.ppo_epochs):
             for minibatch in torch.randperm(len(batch), generator=generator).chunk(
                 algo.minibatches
             ):

@@ -33,3 +33,13 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     for name in sorted({name for c in components for name in c}):
         metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
     return metrics
+
+
+def staleness_metrics(trajectories: list[Trajectory], version: int) -> dict[str, float]:
+    """How many updates old the weights that sampled each trajectory's oldest token were."""
+    stale = [
+        version - min(v for v in t.versions if v >= 0) for t in trajectories if t.num_generated
+    ]
+    if not stale:
+        return {}
+    return {"async/staleness_mean": sum(stale) / len(stale), "async/staleness_max": max(stale)}

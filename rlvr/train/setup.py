@@ -14,6 +14,9 @@ from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
+from rlvr.distributed.data_parallel import LocalUpdate
+from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
+from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError
@@ -40,6 +43,7 @@ PRODUCED_FIELDS = {
     "turn_ids",
     "segment_advantages",
     "segment_weights",
+    "reward_mean",
 }
 
 
@@ -126,6 +130,11 @@ def build_components(cfg: Config) -> Components:
             f"rollout.engine = 'vllm', but vLLM is not installed. Fix: {VLLM_INSTALL}, or "
             "rollout.engine=hf."
         )
+    if cfg.distributed.backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            f"distributed.backend = 'ray', but Ray is not installed. Fix: {RAY_INSTALL}, or "
+            "distributed.backend=local."
+        )
     task = build_task(cfg)
     if task.verifier is None and cfg.task.rewards:
         raise ConfigError(
@@ -205,6 +214,42 @@ def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
     )  # fmt: skip
 
 
+def build_rollout_source(
+    cfg: Config, model, tokenizer, components: Components, model_path: str
+) -> RolloutSource:
+    """Where samples come from: this process's engine, or Ray rollout workers (each builds its
+    own engine and runners from the same config)."""
+    if cfg.distributed.backend == "ray":
+        from rlvr.distributed.ray_rollout import RayRollout
+
+        return RayRollout(cfg, tokenizer, model_path, sampling_params(cfg))
+    engine = build_engine(cfg, model, tokenizer, model_path)
+    runner = make_runner(cfg, model, tokenizer, components, engine=engine)
+    evaluator = (
+        make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
+        if cfg.rollout.tree_width
+        else runner
+    )
+    return InProcessRollout(engine, runner, evaluator)
+
+
+def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource):
+    """Who runs the policy update: this process, or it and distributed.trainer_ranks - 1 Ray
+    actors (placed where the rollout workers' placement group set aside room for them)."""
+    if cfg.distributed.backend == "ray" and cfg.distributed.trainer_ranks > 1:
+        from rlvr.distributed.ray_trainer import RayUpdateGroup
+
+        return RayUpdateGroup(
+            cfg, tokenizer, model_path, source.trainer_bundles, source.actor_options
+        )
+    return LocalUpdate()
+
+
+def sampling_params(cfg: Config) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
+
+
 def make_runner(
     cfg: Config,
     model,
@@ -217,7 +262,7 @@ def make_runner(
     and budgets; a TreeRunner when rollout.tree_width is set and `trees` (eval always samples
     independently: a tree's leaves are correlated, which would bias pass@k)."""
     r = cfg.rollout
-    params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, tuple(r.stop))
+    params = sampling_params(cfg)
     common = dict(
         engine=engine or HFEngine(model, tokenizer, r.max_batch_size),
         tokenizer=tokenizer,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-from rlvr.algos.advantages import AdvInputs
+from rlvr.algos.advantages import AdvInputs, RunningMean
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
@@ -51,12 +51,17 @@ from rlvr.train.faults import (
     resume_hint,
     stop_at_step_end,
 )
-from rlvr.train.metrics import batch_metrics
+from rlvr.train.metrics import batch_metrics, staleness_metrics
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir, RunDirError
-from rlvr.train.setup import Components, build_components, build_engine, make_runner
-from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, policy_update
+from rlvr.train.setup import (
+    Components,
+    build_components,
+    build_rollout_source,
+    build_update_group,
+)
+from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
 
@@ -100,6 +105,12 @@ def load_policy(cfg: Config, components: Components, display: Display):
     return model.to(resolve_device(m.device)), tokenizer
 
 
+def make_optimizer(cfg: Config, model) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        trainable_state_dict(model).values(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+    )
+
+
 def make_scheduler(cfg: Config, optimizer):
     total = cfg.train.steps * cfg.algo.ppo_epochs * cfg.algo.minibatches
     if cfg.train.lr_schedule == "cosine":
@@ -123,27 +134,13 @@ class Trainer:
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
         model_path = policy_path(cfg, self.components.task)
-        self.engine = build_engine(cfg, self.model, self.tokenizer, model_path)
-        self.runner = make_runner(
-            cfg, self.model, self.tokenizer, self.components, engine=self.engine
-        )
-        self.eval_runner = (
-            make_runner(
-                cfg, self.model, self.tokenizer, self.components, trees=False, engine=self.engine
-            )
-            if cfg.rollout.tree_width
-            else self.runner
-        )
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
+        self.running_mean = RunningMean(a.baseline_decay)  # running_mean's baseline
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.canary = HackingMonitor()
-        self.optimizer = torch.optim.AdamW(
-            trainable_state_dict(self.model).values(),
-            lr=cfg.train.lr,
-            weight_decay=cfg.train.weight_decay,
-        )
+        self.optimizer = make_optimizer(cfg, self.model)
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
@@ -160,7 +157,21 @@ class Trainer:
             self._resume()
         else:
             self._start(resumed=resume is not None)
-        self.engine.load_weights(self.model)  # a resumed or adapted policy differs from the files
+        in_flight = self.state.pop("in_flight", {})  # batches sampled ahead of the checkpoint
+        self.source = build_rollout_source(
+            cfg, self.model, self.tokenizer, self.components, model_path
+        )
+        try:
+            self.source.restore(in_flight)
+            # a resumed or adapted policy differs from the files
+            self.source.sync(self.model, self.state["step"])
+            self.updater = build_update_group(cfg, self.tokenizer, model_path, self.source)
+            self.updater.load(self.model, self.optimizer, self.scheduler)
+        except BaseException:
+            self.source.close()
+            raise
+        for line in self.source.describe() + self.updater.describe():
+            self.display.message(line)
 
     def _start(self, resumed: bool) -> None:
         """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
@@ -181,7 +192,7 @@ class Trainer:
         if state["hash"] != self.cfg.hash():
             raise ConfigError(
                 f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
-                f"{self.cfg.hash()}); only train.steps and log.* may change on resume"
+                f"{self.cfg.hash()}); only train.steps, log.* and distributed.address / rollout_timeout / max_restarts may change on resume"
             )
         if state["step"] > self.cfg.train.steps:
             raise ConfigError(
@@ -192,6 +203,8 @@ class Trainer:
         self.update_rng.set_state(state.pop("update_rng"))
         self.canary.load_state_dict(state.pop("canary"))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
+        if "running_mean" in state:  # absent from checkpoints written before it existed
+            self.running_mean.load_state_dict(state.pop("running_mean"))
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
         self.state = state
@@ -214,8 +227,12 @@ class Trainer:
         state = dict(
             self.state, update_rng=self.update_rng.get_state(), canary=self.canary.state_dict()
         )
+        state["in_flight"] = (
+            self.source.in_flight()
+        )  # batches sampled ahead (rollout.max_staleness)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
+        state["running_mean"] = self.running_mean.state_dict()
         step, directory = self.state["step"], self.run_dir.checkpoints
         try:
             save_checkpoint(directory, step, self.model, self.optimizer, self.scheduler, state)
@@ -229,7 +246,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         start = time.perf_counter()
         metrics = evaluate(
-            self.eval_runner,
+            self.source.evaluator,
             self.eval_problems,
             self.cfg.train.eval_k,
             self.cfg.train.seed,
@@ -266,10 +283,10 @@ class Trainer:
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
-        self.engine.release_memory()
+        self.source.release_memory()
         with timed(timings, "time/update"):
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
-                result = policy_update(
+                result = self.updater.update(
                     self.model, self.optimizer, self.scheduler, data, cfg,
                     self.components.loss, None if cfg.algo.kl_in_reward else self.components.kl,
                     self.update_rng,
@@ -277,12 +294,14 @@ class Trainer:
             else:  # critic warm-up: the policy waits until the values mean something
                 result = UpdateResult({}, skipped=0)
         with timed(timings, "time/weight_sync"):
-            self.engine.load_weights(self.model)
+            self.source.sync(self.model, self.state["step"] + 1)
         if self.critic is not None:
             with timed(timings, "time/critic"):
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
+        metrics.update(staleness_metrics(trajectories, self.state["step"]))
+        metrics.update(self.source.metrics())
         metrics.update(self.canary.observe_step(trajectories))
         if "kl" in metrics:
             self.state["kl_coef"] = self.kl_coef.update(metrics["kl"], len(batch))
@@ -307,10 +326,14 @@ class Trainer:
         baselines: list[float] = []
         sampled = rounds = dropped = 0
         counts = {"sampling/infra_excluded": 0}
+        for ahead in range(cfg.rollout.max_staleness + 1):  # this step's batch, then the next k
+            self.source.submit(
+                self.problems(self.state["cursor"] + ahead * wanted, wanted),
+                cfg.rollout.group_size,
+                (cfg.train.seed, TRAIN_STREAM, self.state["step"] + ahead),
+            )
         while len(kept) < wanted * cfg.rollout.group_size and rounds <= algo.max_sampling_rounds:
-            problems = [
-                self.components.task.train_problem(self.state["cursor"] + i) for i in range(wanted)
-            ]
+            problems = self.problems(self.state["cursor"], wanted)
             self.state["cursor"] += wanted
             # round 0 keeps the plain (seed, stream, step) seed; extra rounds get their own
             seed = (cfg.train.seed, TRAIN_STREAM, self.state["step"]) + (
@@ -346,6 +369,9 @@ class Trainer:
         needs_baseline = "baseline_rewards" in self.components.requires
         return kept, torch.tensor(baselines) if needs_baseline else None, metrics
 
+    def problems(self, cursor: int, count: int) -> list:
+        return [self.components.task.train_problem(cursor + i) for i in range(count)]
+
     def exclude_infra_errors(
         self, trajectories: list[Trajectory], greedy: list[float] | None, counts: dict
     ) -> tuple[list[Trajectory], list[float] | None]:
@@ -361,17 +387,18 @@ class Trainer:
 
     def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
         cfg = self.cfg
+        source = self.source
         with timed(timings, "time/rollout"):
-            trajectories = self.runner.collect(problems, cfg.rollout.group_size, seed)
+            trajectories = source.collect(problems, cfg.rollout.group_size, seed)
         self.reward_errors.record(self.state["step"] + 1, trajectories)
-        for name, seconds in self.runner.timings.items():
+        for name, seconds in source.timings.items():
             timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
-        timings.update({f"rollout/{name}": value for name, value in self.runner.stats.items()})
+        timings.update({f"rollout/{name}": value for name, value in source.stats.items()})
         if "baseline_rewards" not in self.components.requires:
             return trajectories, None
         with timed(timings, "time/baseline_rollout"):
-            greedy = replace(self.eval_runner.params, temperature=0.0)
-            per_prompt = [t.reward for t in self.eval_runner.collect(problems, 1, seed, greedy)]
+            greedy = replace(source.evaluator.params, temperature=0.0)
+            per_prompt = [t.reward for t in source.evaluator.collect(problems, 1, seed, greedy)]
         return trajectories, [per_prompt[t.group_id] for t in trajectories]
 
     def prepare_update(
@@ -410,9 +437,17 @@ class Trainer:
             values=values, baseline_rewards=baselines, turn_rewards=batch.turn_rewards,
             turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
         )  # fmt: skip
+        if "reward_mean" in self.components.requires:
+            inputs.reward_mean = torch.tensor(self.running_mean.value)
         advantages = self.components.advantage(inputs, cfg.algo)
+        self.running_mean.update(inputs.rewards)  # after: a baseline never sees its own batch
+        targets = getattr(self.components.advantage, "critic_targets", None)  # e.g. gae's lam=1
         returns = (
-            None if values is None else (advantages + values) * batch.loss_mask
+            None
+            if values is None
+            else targets(inputs, cfg.algo)
+            if targets is not None
+            else (advantages + values) * batch.loss_mask
         )  # critic targets
         if cfg.algo.tis != "off":
             # Scaling the advantage by a non-negative, stop-gradient weight scales every
@@ -428,11 +463,17 @@ class Trainer:
     def run(self) -> dict:
         """Train to train.steps and finish. The first Ctrl-C stops after the current step with a
         checkpoint of it; any stop raises TrainingInterrupted naming what `--resume` continues."""
-        with explained_stops(self.run_dir.path, lambda: self.state["step"]):
-            if self.state.get("final_eval") is not None:  # resumed after its final eval
-                return self.finalize()
-            with stop_at_step_end() as stop_requested:
-                return self.train(stop_requested)
+        try:
+            with explained_stops(self.run_dir.path, lambda: self.state["step"]):
+                if self.state.get("final_eval") is not None:  # resumed after its final eval
+                    return self.finalize()
+                with stop_at_step_end() as stop_requested:
+                    return self.train(stop_requested)
+        finally:
+            try:
+                self.updater.close()
+            finally:
+                self.source.close()
 
     def train(self, stop_requested: Callable[[], bool]) -> dict:
         cfg, run_dir = self.cfg, self.run_dir

@@ -91,6 +91,7 @@ def micro_batch_loss(
         num_tokens=num_tokens,
         num_seqs=minibatch_size,
         norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
+        behaviour_logprobs=data.batch.behaviour_logprobs[rows, :width].to(device),
     )
     aggregate = AGGREGATIONS[algo.loss_agg]
     out = loss_fn(inputs, algo)

@@ -7,18 +7,22 @@ import torch
 from rlvr.algos.advantages import (
     ADVANTAGES,
     AdvInputs,
+    RunningMean,
     dr_grpo,
     gae,
     gae_returns,
+    gae_targets,
     group_stats,
     grpo,
     mt_grpo,
     opo,
     passk,
+    policy_lambda,
     reinforce_pp,
     reinforce_pp_baseline,
     remax,
     rloo,
+    running_mean,
     token_rewards_or_outcome,
     tree,
 )
@@ -403,6 +407,7 @@ def binary_batch(rewards, group_ids, mask):
     mean, _ = group_stats(x.rewards, x.group_ids)
     x.segment_advantages = (x.rewards - mean)[:, None] * x.loss_mask
     x.segment_weights = x.loss_mask.clone()
+    x.reward_mean = torch.tensor(0.25)
     return x
 
 
@@ -457,6 +462,7 @@ def test_registry_metadata():
         "gae",
         "passk",
         "tree",
+        "running_mean",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
@@ -470,6 +476,8 @@ def test_registry_metadata():
     assert remax.requires == ("baseline_rewards",)
     assert mt_grpo.requires == ("turn_rewards", "turn_ids")
     assert tree.requires == ("segment_advantages", "segment_weights")
+    assert running_mean.requires == ("reward_mean",)
+    assert gae.critic_targets is gae_targets
 
 
 # ---------------------------------------------------------------- mt_grpo
@@ -608,3 +616,74 @@ def test_gae_golden_two_turns_with_an_observation_gap():
     expected = torch.tensor([[0, 0, 0.0747904, 0.29832, 0, 0, 0.456, 0.8]])
     torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(returns, (expected + x.values) * x.loss_mask, atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------- SAO: gae lambda, running mean
+
+
+def two_turn_rows():
+    # row 0: prompt p p | turn 1 a a | observation o o | turn 2 b b (4 policy tokens), turn
+    # rewards 0.1 and 1.0 on each turn's last token; row 1: two policy tokens, reward 1 at the end
+    x = inputs([1.1, 1.0], [0, 1], [[0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1]])
+    x.token_rewards = torch.tensor([[0, 0, 0, 0.1, 0, 0, 0, 1.0], [0, 0, 0, 0, 0, 0, 0, 1.0]])
+    x.values = torch.tensor([[0, 0, 0.5, 0.4, 9, 9, 0.3, 0.2], [0, 0, 0, 0, 0, 0, 0.3, 0.2]])
+    return x
+
+
+def test_gae_length_adaptive_lambda_golden_two_turns_with_an_observation_gap():
+    # alpha 1.5: row 0 has len 4 -> lam = 1 - 1/6 = 5/6, gamma*lam = .9 * 5/6 = .75;
+    #            row 1 has len 2 -> lam = 1 - 1/3 = 2/3, gamma*lam = .6.
+    # Row 0 skips the observation (values 9 unused): turn 1's last token bootstraps from V6.
+    #   A7 = 1 - .2 = .8
+    #   A6 = (.9*.2 - .3) + .75*.8 = -.12 + .6 = .48
+    #   A3 = (.1 + .9*.3 - .4) + .75*.48 = -.03 + .36 = .33
+    #   A2 = (.9*.4 - .5) + .75*.33 = -.14 + .2475 = .1075
+    # Row 1: A7 = .8, A6 = -.12 + .6*.8 = .36
+    # Critic targets use lam = 1: the discounted return to go, whatever the values:
+    #   row 0: R7 = 1, R6 = .9, R3 = .1 + .9*.9 = .91, R2 = .9*.91 = .819; row 1: R7 = 1, R6 = .9
+    x = two_turn_rows()
+    algo = AlgoConfig(gamma=0.9, lam_mode="length_adaptive", lam_alpha=1.5)
+    close(policy_lambda(x, algo), [5 / 6, 2 / 3])
+    adv, returns = gae_returns(x, algo)
+    close(adv, [[0, 0, 0.1075, 0.33, 0, 0, 0.48, 0.8], [0, 0, 0, 0, 0, 0, 0.36, 0.8]])
+    close(returns, [[0, 0, 0.819, 0.91, 0, 0, 0.9, 1.0], [0, 0, 0, 0, 0, 0, 0.9, 1.0]])
+    assert torch.equal(gae(x, algo), adv)
+    assert torch.equal(gae_targets(x, algo), returns)
+
+
+def test_fixed_lambda_targets_are_advantages_plus_values():
+    x = two_turn_rows()
+    algo = AlgoConfig(gamma=0.9, lam=0.8)
+    close(policy_lambda(x, algo), [0.8, 0.8])
+    adv, returns = gae_returns(x, algo)
+    torch.testing.assert_close(returns, (adv + x.values) * x.loss_mask, atol=1e-6, rtol=0)
+
+
+def test_length_adaptive_lambda_is_clamped_at_zero():
+    x = inputs([1.0, 1.0], [0, 1], [[1, 0, 0], [1, 1, 1]])
+    # alpha .5: len 1 -> 1 - 2 = -1 -> 0; len 3 -> 1 - 2/3 = 1/3
+    close(policy_lambda(x, AlgoConfig(lam_mode="length_adaptive", lam_alpha=0.5)), [0, 1 / 3])
+
+
+def test_running_mean_golden():
+    # b = .25: A = r - b on every policy token
+    x = inputs([1.0, 0.0, 0.5], [0, 1, 2], [[1, 1, 0], [0, 1, 1], [1, 0, 1]])
+    x.reward_mean = torch.tensor(0.25)
+    adv = running_mean(x, AlgoConfig())
+    close(adv, [[0.75, 0.75, 0], [0, -0.25, -0.25], [0.25, 0, 0.25]])
+    x.reward_mean = None
+    with pytest.raises(ValueError, match="AdvInputs.reward_mean.*RunningMean"):
+        running_mean(x, AlgoConfig())
+
+
+def test_running_mean_state_updates_and_round_trips():
+    b = RunningMean(0.9)
+    assert b.value == 0.0  # before any update
+    assert b.update(torch.tensor([1.0, 0.0, 1.0, 1.0])) == pytest.approx(0.75)  # first: the mean
+    assert b.update(torch.tensor([0.0, 0.0])) == pytest.approx(0.9 * 0.75)  # .675
+    assert b.update(torch.tensor([])) == pytest.approx(0.675)  # an empty batch changes nothing
+    other = RunningMean(0.9)
+    other.load_state_dict(b.state_dict())
+    assert other.state_dict() == b.state_dict()
+    assert other.update(torch.tensor([1.0])) == b.update(torch.tensor([1.0]))
+    assert b.value == pytest.approx(0.9 * 0.675 + 0.1)  # .7075

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
@@ -37,3 +38,49 @@ def test_mismatch_metrics_golden():
         abs(m["mismatch/abs_diff_mean"] - 1.25) < 1e-6
         and abs(m["mismatch/abs_diff_max"] - 2.0) < 1e-6
     )
+
+
+def bandit(staleness: int, objective: str, lr: float = 1.0, steps: int = 30) -> float:
+    """Expected reward of a 16-armed softmax bandit after `steps` PPO updates (4 epochs each) on
+    batches sampled by the policy of `staleness` updates ago, as asynchronous RL samples them.
+
+    'decoupled': the clip is centred on the proximal policy (the weights before this update)
+    and each token is weighed by the truncated pi_proximal / pi_behaviour (the trainer's
+    algo.tis with rollout.max_staleness > 0). 'behaviour': the clip is centred on the sampler's
+    own logprobs, with no decoupling."""
+    from rlvr.algos.losses import LOSSES, LossInputs
+    from rlvr.config import load_config
+
+    algo = load_config(None, []).algo
+    g = torch.Generator().manual_seed(0)
+    values = torch.linspace(0, 1, 16)  # arm a pays 1 with probability values[a]
+    logits = torch.zeros(16, requires_grad=True)
+    history = [logits.detach().clone()]
+    optimizer = torch.optim.SGD([logits], lr=lr)
+    for _ in range(steps):
+        behaviour = torch.log_softmax(history[max(0, len(history) - 1 - staleness)], -1)
+        actions = torch.multinomial(behaviour.exp(), 512, replacement=True, generator=g)
+        rewards = (torch.rand(512, generator=g) < values[actions]).float()
+        advantages = ((rewards - rewards.mean()) / (rewards.std() + 1e-6))[:, None]
+        behaviour_lp, mask = behaviour[actions][:, None], torch.ones(512, 1)
+        proximal = torch.log_softmax(logits.detach(), -1)[actions][:, None]
+        for _ in range(4):
+            logprobs = torch.log_softmax(logits, -1)[actions][:, None]
+            if objective == "decoupled":
+                weights, _ = truncated_is_weights(proximal, behaviour_lp, mask, "token", 2.0)
+                inputs = LossInputs(logprobs, proximal, advantages * weights, mask, 512, 512)
+            else:
+                inputs = LossInputs(logprobs, behaviour_lp, advantages, mask, 512, 512)
+            optimizer.zero_grad()
+            LOSSES["ppo_clip"](inputs, algo).loss.backward()
+            optimizer.step()
+        history.append(logits.detach().clone())
+    return float((torch.softmax(logits.detach(), -1) * values).sum())
+
+
+def test_stale_samples_need_the_decoupled_objective():
+    synchronous = bandit(0, "decoupled")
+    assert synchronous > 0.99
+    assert bandit(2, "decoupled") == pytest.approx(synchronous, abs=0.01)
+    # centred on the stale sampler, the clip zeroes the signal once the policy has moved on
+    assert bandit(2, "behaviour") < synchronous - 0.05

@@ -173,7 +173,9 @@ def ragged_batch(seed=0):
     old = -torch.rand(5, 6, generator=gen, dtype=torch.float64) * 3
     logp = old + 0.4 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
     adv = torch.randn(5, 6, generator=gen, dtype=torch.float64)
-    return LossInputs(logp, old, adv, mask, float(mask.sum()), 5, norm_constant=6.0)
+    return LossInputs(
+        logp, old, adv, mask, float(mask.sum()), 5, norm_constant=6.0, behaviour_logprobs=old
+    )
 
 
 def micro_batches(x: LossInputs, splits=((0, 2), (2, 5))):
@@ -185,6 +187,7 @@ def micro_batches(x: LossInputs, splits=((0, 2), (2, 5))):
             num_tokens=x.num_tokens,
             num_seqs=x.num_seqs,
             norm_constant=x.norm_constant,
+            behaviour_logprobs=x.behaviour_logprobs[lo:hi, :width],
         )
 
 
@@ -310,10 +313,13 @@ def test_gradcheck_every_loss(loss, agg):
     algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
 
     def f(lp):
-        # cispo's weight is sg(clip(r)): finite differences would see r move, autograd not.
-        # Moving old with logprobs holds r fixed, so both see only -w A log pi.
-        base = lp.detach() - log_ratio if loss == "cispo" else old
-        x = LossInputs(lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0)
+        # cispo's and dis's weights are sg(f(r)): finite differences would see r move, autograd
+        # not. Moving old with logprobs holds r fixed, so both see only -w A log pi.
+        base = lp.detach() - log_ratio if loss in ("cispo", "dis") else old
+        x = LossInputs(
+            lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0,
+            behaviour_logprobs=base,
+        )  # fmt: skip
         return LOSSES[loss](x, algo).loss
 
     assert torch.autograd.gradcheck(f, ((old + log_ratio).requires_grad_(),))
@@ -324,7 +330,8 @@ def test_gradcheck_every_loss(loss, agg):
 def test_empty_response_gives_zero_loss(loss, agg):
     logprobs = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     zeros = torch.zeros(2, 3, dtype=torch.float64)
-    x = LossInputs(logprobs, torch.randn(2, 3).double(), torch.randn(2, 3).double(), zeros, 0.0, 2)
+    old = torch.randn(2, 3).double()
+    x = LossInputs(logprobs, old, torch.randn(2, 3).double(), zeros, 0.0, 2, behaviour_logprobs=old)
     out = LOSSES[loss](x, AlgoConfig(loss_agg=agg))
     assert torch.isfinite(out.loss) and out.loss.item() == 0.0
     out.loss.backward()
@@ -338,7 +345,10 @@ def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
     # (sapo too: d/dr [4/tau sigmoid(tau (r-1))] = 4 sigmoid'(0) = 1 at r = 1)
     x = ragged_batch(seed=1)
     logp = x.old_logprobs.clone().requires_grad_()
-    inputs = LossInputs(logp, x.old_logprobs, x.advantages, x.loss_mask, x.num_tokens, 5)
+    inputs = LossInputs(
+        logp, x.old_logprobs, x.advantages, x.loss_mask, x.num_tokens, 5,
+        behaviour_logprobs=x.old_logprobs,
+    )  # fmt: skip
     LOSSES[loss](inputs, AlgoConfig(clip_low=0.2, clip_high=0.28)).loss.backward()
     expected = -x.advantages * x.loss_mask / x.num_tokens
     assert torch.allclose(logp.grad, expected, atol=1e-12)
@@ -347,3 +357,68 @@ def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
 def test_every_loss_and_aggregation_has_a_docstring():
     for fn in [*LOSSES.values(), *AGGREGATIONS.values()]:
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0]
+
+
+# ---- DIS (SAO's direct double-sided importance sampling) ----
+
+DIS_RATIOS = [[0.5, 0.69, 0.71, 1.0], [2.0, 5.9, 6.1, 50.0]]  # band (0.7, 6) at 0.3 / 5.0
+
+
+def dis_inputs(mask=None):
+    """Ratios to the behaviour policy DIS_RATIOS; old logprobs are garbage that dis must ignore."""
+    ratio = torch.tensor(DIS_RATIOS, dtype=torch.float64)
+    adv = torch.tensor([[1.0, -1.0, 2.0, -0.5], [1.5, -2.0, 3.0, 1.0]], dtype=torch.float64)
+    logp = torch.tensor([[-0.5, -1.0, -2.0, -0.25], [-1.0, -0.5, -3.0, -4.0]], dtype=torch.float64)
+    mask = torch.ones_like(adv) if mask is None else torch.tensor(mask, dtype=torch.float64)
+    return LossInputs(
+        logp.clone().requires_grad_(),
+        torch.full_like(logp, 7.0),
+        adv,
+        mask,
+        num_tokens=float(mask.sum()),
+        num_seqs=2,
+        behaviour_logprobs=logp - ratio.log(),
+    )
+
+
+def test_dis_golden_masks_outside_the_band_and_keeps_them_in_the_denominator():
+    x = dis_inputs()
+    out = LOSSES["dis"](x, AlgoConfig())  # defaults: dis_clip_low 0.3, dis_clip_high 5.0
+    # inside (0.7, 6): 0.71, 1.0, 2.0, 5.9; -f(r) A logp for each:
+    #   0.71: -0.71 * 2 * -2 = 2.84;  1.0: -1 * -0.5 * -0.25 = -0.125
+    #   2.0: -2 * 1.5 * -1 = 3.0;     5.9: -5.9 * -2 * -0.5 = -5.9
+    # 0.5, 0.69, 6.1 and 50 give 0 but stay in the token mean: / 8, not / 4
+    assert out.loss.item() == pytest.approx((2.84 - 0.125 + 3.0 - 5.9) / 8, abs=1e-12)
+    assert out.metrics["mask_frac"] == pytest.approx(4 / 8)
+    out.loss.backward()
+    # gradient -sg(f(r) A) / 8 per token: r and A are constants for autograd
+    inside = torch.tensor([[0, 0, 1, 1], [1, 1, 0, 0]], dtype=torch.float64)
+    ratio = torch.tensor(DIS_RATIOS, dtype=torch.float64)
+    expected = -ratio * x.advantages * inside / 8
+    assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
+    assert x.logprobs.grad[0, 2].item() == pytest.approx(-0.71 * 2 / 8)
+
+
+def test_dis_band_edges_follow_the_config():
+    x = dis_inputs()
+    # band (0.4, 2.0 + 4.0): 0.5 and 0.69 join; 6.1 and 50 still out
+    out = LOSSES["dis"](x, AlgoConfig(dis_clip_low=0.6, dis_clip_high=5.0))
+    assert out.metrics["mask_frac"] == pytest.approx(2 / 8)
+    # band (0.7, 1.5): only 0.71 and 1.0 inside
+    out = LOSSES["dis"](x, AlgoConfig(dis_clip_low=0.3, dis_clip_high=0.5))
+    assert out.metrics["mask_frac"] == pytest.approx(6 / 8)
+    assert out.loss.item() == pytest.approx((2.84 - 0.125) / 8, abs=1e-12)
+
+
+def test_dis_loss_mask_zeroes_tokens_without_counting_them_as_masked():
+    x = dis_inputs(mask=[[1, 1, 1, 1], [1, 1, 0, 0]])  # 6 policy tokens
+    out = LOSSES["dis"](x, AlgoConfig())
+    assert out.loss.item() == pytest.approx((2.84 - 0.125 + 3.0 - 5.9) / 6, abs=1e-12)
+    assert out.metrics["mask_frac"] == pytest.approx(2 / 6)  # 0.5 and 0.69
+
+
+def test_dis_needs_behaviour_logprobs():
+    x = dis_inputs()
+    x.behaviour_logprobs = None
+    with pytest.raises(ValueError, match="behaviour_logprobs"):
+        LOSSES["dis"](x, AlgoConfig())

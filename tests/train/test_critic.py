@@ -1,8 +1,9 @@
 import copy
 
+import pytest
 import torch
 
-from rlvr.config import LoraSettings, load_config
+from rlvr.config import ConfigError, LoraSettings, load_config
 from rlvr.models.lora import apply_lora
 from rlvr.train.critic import Critic, clipped_value_loss
 from rlvr.types import Batch, Problem, Trajectory
@@ -67,3 +68,38 @@ def test_a_lora_policys_critic_trains_its_own_adapters_and_head(tiny_model, toke
     other = Critic(policy, cfg)
     other.load_state_dict(state)
     assert torch.equal(other.values(batch), critic.values(batch))
+
+
+def test_frozen_attention_critic_trains_only_the_rest(tiny_model, tokenizer):
+    cfg = load_config(None, ["algo.critic_lr=3e-3", "algo.critic_freeze=[attn]"])
+    critic = Critic(tiny_model, cfg)
+    before = {k: v.detach().clone() for k, v in critic.model.named_parameters()}
+    frozen = {k for k in before if "attn" in k}
+    assert frozen and all(".self_attn." in k for k in frozen)
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
+    returns = batch.rewards[:, None] * batch.loss_mask
+    for _ in range(2):  # the head starts at zero, so the body moves from the second step
+        critic.update(batch, returns, critic.values(batch), torch.Generator().manual_seed(0))
+    after = dict(critic.model.named_parameters())
+    assert all(torch.equal(before[k], after[k]) for k in frozen)
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved == set(before) - frozen  # the MLPs, norms, embeddings and head all train
+    optimized = {id(p) for group in critic.optimizer.param_groups for p in group["params"]}
+    assert all(id(after[k]) not in optimized for k in frozen)
+
+
+def test_critic_freeze_names_an_unknown_module(tiny_model):
+    cfg = load_config(None, ["algo.critic_freeze=[mlp, cross_attn]"])
+    with pytest.raises(ConfigError, match=r"critic_freeze: 'cross_attn'.*self_attn"):
+        Critic(tiny_model, cfg)
+
+
+@pytest.mark.parametrize("updates", [1, 2])
+def test_critic_updates_run_that_many_passes(tiny_model, tokenizer, updates):
+    cfg = load_config(None, [f"algo.critic_updates={updates}", "algo.minibatches=2"])
+    critic = Critic(tiny_model, cfg)
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
+    returns = batch.rewards[:, None] * batch.loss_mask
+    critic.update(batch, returns, critic.values(batch), torch.Generator().manual_seed(0))
+    steps = {int(s["step"]) for s in critic.optimizer.state_dict()["state"].values()}
+    assert steps == {2 * updates}  # minibatches x critic_updates optimizer steps

@@ -1,0 +1,158 @@
+"""Ray rollout workers and trainer ranks on this machine: what they sample, that runs on them
+learn, resume exactly, survive a killed worker, and fail loudly instead of hanging."""
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from rlvr.config import load_config
+from rlvr.distributed.ray_rollout import RayRollout, RolloutTimeoutError
+from rlvr.distributed.source import InProcessRollout
+from rlvr.rollout import HFEngine
+from rlvr.train.setup import build_components, make_runner, sampling_params
+from rlvr.train.trainer import Trainer
+
+ray = pytest.importorskip("ray", reason="Ray is an extra: pip install -c constraints.txt '.[ray]'")
+
+SMALL = [
+    "distributed.backend=ray",
+    "task.digits=2",  # the warm start of the e2e runs: right about half the time, so it learns
+    "model.pretrain_steps=400",
+    "rollout.batch_size=16",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=32",
+    "task.eval_size=4",
+    "train.eval_k=1",
+    "train.eval_every=0",
+    "algo.tis=token",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    """One local Ray for the module (rlvr leaves a Ray it did not start running)."""
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def rewards_by_step(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: (r["reward"], r["loss"]) for r in map(json.loads, lines) if "loss" in r}
+
+
+def test_two_workers_sample_what_one_process_samples(tiny_model, tokenizer, tmp_path):
+    torch.set_num_threads(1)  # as in the workers, so the two sides compute the same floats
+    tiny_model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    cfg = load_config(None, [*SMALL, "distributed.rollout_workers=2", "task.name=arithmetic"])
+    components = build_components(cfg)
+    problems = [components.task.train_problem(i) for i in range(5)]  # 3 groups and 2 groups
+    runner = make_runner(cfg, tiny_model, tokenizer, components)
+    local = InProcessRollout(HFEngine(tiny_model, tokenizer), runner, runner)
+    remote = RayRollout(cfg, tokenizer, str(tmp_path / "model"), sampling_params(cfg))
+    try:
+        remote.sync(tiny_model, 7)
+        local.sync(tiny_model, 7)
+        expected = local.collect(problems, 4, (0, 0, 3))
+        got = remote.collect(problems, 4, (0, 0, 3))
+    finally:
+        remote.close()
+    assert [t.token_ids for t in got] == [t.token_ids for t in expected]
+    assert [(t.group_id, t.sample_index) for t in got] == [(i // 4, i) for i in range(20)]
+    assert {v for t in got for v in t.versions} == {-1, 7}
+    assert [t.versions for t in got] == [t.versions for t in expected]
+
+
+@pytest.mark.parametrize("staleness", [1])  # the synchronous path is the in-process e2e run
+def test_two_workers_train_the_default_task(rlvr_home, tmp_path, monkeypatch, staleness):
+    """As tests/e2e/test_learning.py's in-process run, on 2 rollout workers; one-step-off too."""
+    monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
+    cfg = load_config(None, [
+        "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64",
+        "rollout.max_new_tokens=32", "train.steps=12", "task.eval_size=64", "train.eval_every=6",
+        f"log.run_dir={tmp_path}", "log.name=ray", "log.quiet=true", "distributed.backend=ray",
+        "distributed.rollout_workers=2", f"rollout.max_staleness={staleness}", "algo.tis=token",
+    ])  # fmt: skip
+    summary = Trainer(cfg).run()
+    base, final = summary["base_eval"], summary["final_eval"]
+    assert final["eval/accuracy"] >= base["eval/accuracy"] + 0.25
+    lines = (tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in map(json.loads, lines) if "loss" in r]
+    assert len(steps) == 12
+    assert all(r["async/staleness_max"] == staleness for r in steps[1:])
+    assert all(0 <= r["trainer/idle_ratio"] <= 1 for r in steps)
+
+
+def test_async_resume_trains_on_the_same_samples(fast_overrides, tmp_path):
+    """A checkpoint holds the batch sampled ahead; resuming from it replays the run exactly."""
+    base = [*fast_overrides, *SMALL, "rollout.max_staleness=1", "train.save_every=2"]
+    whole = Trainer(load_config(None, [*base, "train.steps=4", "log.name=whole"]))
+    whole.run()
+    cut = Trainer(load_config(None, [*base, "train.steps=2", "log.name=cut"]))
+    cut.run()
+    Trainer(
+        load_config(None, [*base, "train.steps=4", "log.name=cut"]), resume=cut.run_dir.path
+    ).run()
+    expected, got = rewards_by_step(whole.run_dir.path), rewards_by_step(cut.run_dir.path)
+    assert list(got) == [1, 2, 3, 4]
+    for step in got:
+        assert got[step] == pytest.approx(expected[step], abs=1e-6)
+
+
+def test_a_killed_worker_is_replaced_and_nothing_is_lost_or_counted_twice(fast_overrides):
+    base = [*fast_overrides, *SMALL, "rollout.max_staleness=1", "train.steps=5"]
+    calm = Trainer(load_config(None, [*base, "log.name=calm"]))
+    calm.run()
+    trainer = Trainer(load_config(None, [*base, "log.name=killed"]))
+    worker = trainer.source.workers[0]
+    done = threading.Event()
+
+    def kill_mid_run():
+        while trainer.state["step"] < 2 and not done.is_set():
+            time.sleep(0.01)
+        ray.kill(worker, no_restart=False)  # as if the process died: Ray restarts the actor
+
+    killer = threading.Thread(target=kill_mid_run)
+    killer.start()
+    try:
+        trainer.run()
+    finally:
+        done.set()
+        killer.join()
+    expected, got = rewards_by_step(calm.run_dir.path), rewards_by_step(trainer.run_dir.path)
+    assert list(got) == [1, 2, 3, 4, 5]
+    for step in got:  # the same samples, each once: the restarted worker redid its share
+        assert got[step] == pytest.approx(expected[step], abs=1e-6)
+    last = json.loads((trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()[-2])
+    assert last["rollout/worker_restarts"] == 1
+    assert len({r for r, _ in got.values()}) > 1  # rewards varied: the comparison has teeth
+
+
+def test_a_stuck_rollout_raises_instead_of_hanging(fast_overrides):
+    trainer = Trainer(load_config(None, [*fast_overrides, *SMALL, "train.steps=2"]))
+    trainer.source.timeout = 1e-3  # no worker answers this fast
+    with pytest.raises(RolloutTimeoutError, match="distributed.rollout_timeout"):
+        trainer.run()
+
+
+def test_trainer_ranks_stay_equal_to_rank_zero(fast_overrides):
+    cfg = load_config(None, [
+        *fast_overrides, *SMALL, "distributed.trainer_ranks=2", "distributed.rollout_workers=1",
+        "train.micro_batch_size=4", "train.steps=2"
+    ])  # fmt: skip
+    trainer = Trainer(cfg)
+    start = [float(p.double().sum()) for p in trainer.model.parameters()]
+    try:
+        for _ in range(2):
+            trainer.step()
+            trainer.state["step"] += 1
+        rank0 = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        assert trainer.updater.checksums() == [pytest.approx(rank0, rel=1e-12)]
+        assert [float(p.detach().double().sum()) for p in trainer.model.parameters()] != start
+    finally:
+        trainer.updater.close()
+        trainer.source.close()
