@@ -59,6 +59,15 @@ def where() -> dict:
     }
 
 
+def placement_lines(kind: str, placement: list[dict]) -> list[str]:
+    """One log line per actor of `kind`: where() of each, in order."""
+    return [
+        f"{kind} {i}: node {p['node']} pid {p['pid']}"
+        + (f" gpus {','.join(p['gpus'])}" if p["gpus"] else "")
+        for i, p in enumerate(placement)
+    ]
+
+
 class RolloutWorker:
     """One actor's policy copy, engine and runners (made remote by RayRollout)."""
 
@@ -262,11 +271,7 @@ class RayRollout:
         return out
 
     def describe(self) -> list[str]:
-        return [
-            f"rollout worker {i}: node {p['node']} pid {p['pid']}"
-            + (f" gpus {','.join(p['gpus'])}" if p["gpus"] else "")
-            for i, p in enumerate(self.placement)
-        ]
+        return placement_lines("rollout worker", self.placement)
 
     def in_flight(self) -> dict:
         for key in list(self.pending):

@@ -13,7 +13,12 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.config import Config
 from rlvr.distributed.data_parallel import DataParallel
-from rlvr.distributed.ray_rollout import RolloutTimeoutError, ray_module, where
+from rlvr.distributed.ray_rollout import (
+    RolloutTimeoutError,
+    placement_lines,
+    ray_module,
+    where,
+)
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import apply_lora, trainable_state_dict
 from rlvr.train.update import UpdateInputs, UpdateResult, policy_update
@@ -115,11 +120,7 @@ class RayUpdateGroup:
         return result
 
     def describe(self) -> list[str]:
-        return [
-            f"trainer rank {i}: node {p['node']} pid {p['pid']}"
-            + (f" gpus {','.join(p['gpus'])}" if p["gpus"] else "")
-            for i, p in enumerate(self.placement)
-        ]
+        return placement_lines("trainer rank", self.placement)
 
     def checksums(self) -> list[float]:
         return self._get([r.weights_checksum.remote() for r in self.ranks])
