@@ -137,7 +137,7 @@ class Trainer:
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
-        self.running_mean = RunningMean(a.baseline_decay)  # running_mean's baseline
+        self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.canary = HackingMonitor()
         self.optimizer = make_optimizer(cfg, self.model)
@@ -203,8 +203,8 @@ class Trainer:
         self.update_rng.set_state(state.pop("update_rng"))
         self.canary.load_state_dict(state.pop("canary"))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
-        if "running_mean" in state:  # absent from checkpoints written before it existed
-            self.running_mean.load_state_dict(state.pop("running_mean"))
+        if "reward_baseline" in state:  # absent from checkpoints written before it existed
+            self.reward_baseline.load_state_dict(state.pop("reward_baseline"))
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
         self.state = state
@@ -232,7 +232,7 @@ class Trainer:
         )  # batches sampled ahead (rollout.max_staleness)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
-        state["running_mean"] = self.running_mean.state_dict()
+        state["reward_baseline"] = self.reward_baseline.state_dict()
         step, directory = self.state["step"], self.run_dir.checkpoints
         try:
             save_checkpoint(directory, step, self.model, self.optimizer, self.scheduler, state)
@@ -438,9 +438,9 @@ class Trainer:
             turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
-            inputs.reward_mean = torch.tensor(self.running_mean.value)
+            inputs.reward_mean = torch.tensor(self.reward_baseline.value)
         advantages = self.components.advantage(inputs, cfg.algo)
-        self.running_mean.update(inputs.rewards)  # after: a baseline never sees its own batch
+        self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch
         targets = getattr(self.components.advantage, "critic_targets", None)  # e.g. gae's lam=1
         returns = (
             None
