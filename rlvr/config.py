@@ -271,6 +271,16 @@ class RolloutConfig(Section):
         "with step s's weights while step s trains (one-step-off). Needs algo.tis != 'off': the "
         "decoupled objective weighs each token by pi_proximal / pi_behaviour.",
     )
+    partial_tokens: int = Field(
+        0,
+        ge=0,
+        description="Partial rollouts (needs rollout.max_staleness >= 1): Ray workers generate in "
+        "segments of this many tokens and take the newest weights between segments, so a "
+        "generation in flight at a weight sync continues under the new weights. The batches "
+        "sampled ahead are the over-provisioned prompts: a step trains the oldest groups to "
+        "finish, and slow groups carry over to a later step. 0: every episode is sampled whole "
+        "by one version.",
+    )
 
 
 class AlgoConfig(Section):
@@ -563,6 +573,18 @@ class Config(Section):
             raise ValueError(
                 f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
                 "which needs the decoupled objective; fix: algo.tis=token (or sequence)"
+            )
+        if r.partial_tokens and not r.max_staleness:
+            raise ValueError(
+                "rollout.partial_tokens keeps unfinished groups for a later step, which needs "
+                "batches in flight beyond this one; fix: rollout.max_staleness=1 or more (or "
+                "rollout.partial_tokens=0)"
+            )
+        if r.partial_tokens and (r.stop or r.tree_width):
+            raise ValueError(
+                "rollout.partial_tokens generates in segments, which neither a stop string that "
+                "spans two segments nor a tree rollout's branching survives; fix: drop "
+                "rollout.stop and rollout.tree_width, or set rollout.partial_tokens=0"
             )
         if r.max_staleness and a.dynamic_sampling:
             raise ValueError(

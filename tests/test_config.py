@@ -250,3 +250,35 @@ def test_a_config_file_that_is_not_utf8_names_the_file_line_and_fix(tmp_path, su
     column = body.splitlines()[1].index("\u00e9") + 1
     assert f"config file {path} line 2: not UTF-8 text (byte 0xe9 at column {column})" in message
     assert "fix: save the file as UTF-8" in message and f"run.utf8{suffix}" in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names"),
+    [
+        (["rollout.max_staleness=1"], ["distributed.backend=ray"]),
+        (["distributed.backend=ray", "rollout.max_staleness=1"], ["algo.tis=token"]),
+        (["distributed.backend=ray", "rollout.partial_tokens=8"], ["rollout.max_staleness=1"]),
+        (
+            [
+                "distributed.backend=ray",
+                "rollout.max_staleness=1",
+                "algo.tis=token",
+                "rollout.partial_tokens=8",
+                "rollout.stop=['\\n']",
+            ],
+            ["rollout.stop", "rollout.partial_tokens=0"],
+        ),  # fmt: skip
+    ],
+)
+def test_asynchronous_settings_that_cannot_work_name_the_fix(overrides, names):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert all(name in str(e.value) for name in names)
+
+
+def test_partial_rollouts_accepted_with_their_prerequisites():
+    cfg = load_config(None, [
+        "distributed.backend=ray", "rollout.max_staleness=1", "algo.tis=token",
+        "rollout.partial_tokens=8",
+    ])  # fmt: skip
+    assert cfg.rollout.partial_tokens == 8

@@ -24,6 +24,10 @@ class RolloutTimeoutError(RuntimeError):
     """Rollout workers did not answer within distributed.rollout_timeout."""
 
 
+class WorkerDiedError(RuntimeError):
+    """A rollout worker died, and Ray did not (or could not) run its request again."""
+
+
 def ray_module():
     try:
         import ray
@@ -100,20 +104,25 @@ class RolloutWorker:
         weights: list,  # [ObjectRef]: wrapped, so Ray fetches it only when the version is new
         version: int,
     ) -> tuple[list[Trajectory], dict[str, float], dict[str, float], int]:
-        ray = ray_module()
         start = time.perf_counter()
-        if version != self.version:
-            self.model.load_state_dict(ray.get(weights[0]), strict=False)
-            self.engine.load_weights(self.model)
-            self.version = version
-        loaded = time.perf_counter()
+        loading = self.load(weights, version)
         runner = self.runners[trees]
         trajectories = runner.collect(problems, group_size, seed, params, first_group=first_group)
         for trajectory in trajectories:
             trajectory.stamp(version)
-        timings = dict(runner.timings, weight_load=loaded - start)
+        timings = dict(runner.timings, weight_load=loading)
         timings["busy"] = time.perf_counter() - start
         return trajectories, timings, dict(runner.stats), os.getpid()
+
+    def load(self, weights: list, version: int) -> float:
+        """Take the weights of `version` unless they are loaded already; seconds it took."""
+        if version == self.version:
+            return 0.0
+        start = time.perf_counter()
+        self.model.load_state_dict(ray_module().get(weights[0]), strict=False)
+        self.engine.load_weights(self.model)
+        self.version = version
+        return time.perf_counter() - start
 
     def where(self) -> dict:
         return where()
@@ -123,6 +132,10 @@ class RayRollout:
     """Splits each batch over `distributed.rollout_workers` actors by whole groups (sample i is
     seeded as in one process, so the split does not change what is sampled); keeps submitted
     batches until collected, which is what lets rollout run ahead of training."""
+
+    worker_class: type = RolloutWorker
+    worker_remote: dict = {}  # the worker class's own ray.remote options
+    task_retries = True  # Ray runs a dead worker's requests again on its replacement
 
     def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str,
                  params: SamplingParams):  # fmt: skip
@@ -147,12 +160,13 @@ class RayRollout:
             "num_cpus": d.worker_cpus * share,
             "num_gpus": d.worker_gpus * share,
             "max_restarts": d.max_restarts,
-            "max_task_retries": d.max_restarts,
+            "max_task_retries": d.max_restarts if self.task_retries else 0,
         }
         self.trainer_bundles = [
             strategy(i if colocated else d.rollout_workers + i) for i in range(ranks)
         ]
-        remote = ray.remote(RolloutWorker)
+        remote = ray.remote(**self.worker_remote) if self.worker_remote else ray.remote
+        remote = remote(self.worker_class)
         self.workers = [
             remote.options(**self.actor_options, scheduling_strategy=strategy(i)).remote(
                 cfg, tokenizer, model_path
@@ -192,29 +206,35 @@ class RayRollout:
     def collect(self, problems, group_size, seed) -> list[Trajectory]:
         self.submit(problems, group_size, seed)
         key = (tuple(seed), group_size)
-        results = self.finished.pop(key, None) or self._wait(self.pending.pop(key))
-        return self._merge(results)
+        return self._merge(self.finished.pop(key, None) or self._fetch(key))
+
+    def _fetch(self, key: tuple) -> list:
+        """Wait for a submitted batch's results, one per worker."""
+        return self._wait(self.pending.pop(key))
 
     def run(self, problems, group_size, seed, params, trees) -> list[Trajectory]:
         """Sample now, outside the training schedule (evaluation, greedy baselines)."""
         return self._merge(self._wait(self._request(problems, group_size, seed, params, trees)))
 
+    def _shares(self, count: int) -> list[tuple[int, int, int]]:
+        """(worker index, first, end): each worker's contiguous share of `count` groups."""
+        sizes = [len(s) for s in np.array_split(range(count), len(self.workers))]
+        starts = np.cumsum([0, *sizes]).tolist()
+        return [(i, a, b) for i, (a, b) in enumerate(zip(starts[:-1], starts[1:])) if b > a]
+
     def _request(self, problems, group_size, seed, params, trees) -> list:
-        starts = np.cumsum([0] + [len(s) for s in np.array_split(range(len(problems)),
-                                                                 len(self.workers))])  # fmt: skip
         return [
-            worker.collect.remote(
+            self.workers[i].collect.remote(
                 list(problems[a:b]),
                 group_size,
                 tuple(seed),
-                int(a),
+                a,
                 params,
                 trees,
                 [self.weights],
                 self.version,
-            )  # fmt: skip
-            for worker, a, b in zip(self.workers, starts[:-1], starts[1:])
-            if b > a
+            )
+            for i, a, b in self._shares(len(problems))
         ]
 
     def _wait(self, refs: list) -> list:
@@ -234,7 +254,7 @@ class RayRollout:
                 "under /tmp/ray/session_latest/logs for what they are stuck on."
             ) from None
         except ray.exceptions.RayActorError as e:
-            raise RuntimeError(
+            raise WorkerDiedError(
                 f"a rollout worker died more than distributed.max_restarts = "
                 f"{self.cfg.distributed.max_restarts} times ({e}). Fix: look for the cause (out of "
                 "memory?) in /tmp/ray/session_latest/logs, then resume from the last checkpoint."
@@ -275,7 +295,7 @@ class RayRollout:
 
     def in_flight(self) -> dict:
         for key in list(self.pending):
-            self.finished[key] = self._wait(self.pending.pop(key))
+            self.finished[key] = self._fetch(key)
         return dict(self.finished)
 
     def restore(self, in_flight: dict) -> None:

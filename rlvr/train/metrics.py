@@ -36,10 +36,14 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def staleness_metrics(trajectories: list[Trajectory], version: int) -> dict[str, float]:
-    """How many updates old the weights that sampled each trajectory's oldest token were."""
-    stale = [
-        version - min(v for v in t.versions if v >= 0) for t in trajectories if t.num_generated
-    ]
-    if not stale:
+    """How many updates old the weights that sampled each trajectory's oldest token were, and
+    the share of trajectories written by more than one version (partial rollouts)."""
+    sampled = [{v for v in t.versions if v >= 0} for t in trajectories if t.num_generated]
+    if not sampled:
         return {}
-    return {"async/staleness_mean": sum(stale) / len(stale), "async/staleness_max": max(stale)}
+    stale = [version - min(versions) for versions in sampled]
+    return {
+        "async/staleness_mean": sum(stale) / len(stale),
+        "async/staleness_max": max(stale),
+        "async/mixed_versions": sum(len(versions) > 1 for versions in sampled) / len(sampled),
+    }

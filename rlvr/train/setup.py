@@ -25,6 +25,7 @@ from rlvr.rewards import REWARDS, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.hf_engine import eos_ids
+from rlvr.rollout.partial import PartialRunner
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
 from rlvr.rollout.vllm_engine import VLLMEngine
@@ -220,9 +221,11 @@ def build_rollout_source(
     """Where samples come from: this process's engine, or Ray rollout workers (each builds its
     own engine and runners from the same config)."""
     if cfg.distributed.backend == "ray":
+        from rlvr.distributed.ray_partial import PartialRayRollout
         from rlvr.distributed.ray_rollout import RayRollout
 
-        return RayRollout(cfg, tokenizer, model_path, sampling_params(cfg))
+        source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
+        return source(cfg, tokenizer, model_path, sampling_params(cfg))
     engine = build_engine(cfg, model, tokenizer, model_path)
     runner = make_runner(cfg, model, tokenizer, components, engine=engine)
     evaluator = (
@@ -273,6 +276,8 @@ def make_runner(
         workers=r.reward_workers,
         max_total_tokens=r.max_total_tokens,
     )
+    if trees and r.partial_tokens:  # only Ray rollout workers build one (rollout.max_staleness)
+        return PartialRunner(**common, segment_tokens=r.partial_tokens)
     if not (trees and r.tree_width):
         return EpisodeRunner(**common)
     scorer = entropy_scorer(model, params) if r.tree_branch_score == "entropy" else None

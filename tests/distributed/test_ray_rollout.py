@@ -67,15 +67,17 @@ def test_two_workers_sample_what_one_process_samples(tiny_model, tokenizer, tmp_
     assert [t.versions for t in got] == [t.versions for t in expected]
 
 
-@pytest.mark.parametrize("staleness", [1])  # the synchronous path is the in-process e2e run
-def test_two_workers_train_the_default_task(rlvr_home, tmp_path, monkeypatch, staleness):
-    """As tests/e2e/test_learning.py's in-process run, on 2 rollout workers; one-step-off too."""
+# the synchronous path is the in-process e2e run; 8: partial rollouts in segments of 8 tokens
+@pytest.mark.parametrize("partial", [0, 8])
+def test_two_workers_train_the_default_task(rlvr_home, tmp_path, monkeypatch, partial):
+    """As tests/e2e/test_learning.py's in-process run, on 2 rollout workers, one-step-off."""
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     cfg = load_config(None, [
         "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64",
         "rollout.max_new_tokens=32", "train.steps=12", "task.eval_size=64", "train.eval_every=6",
         f"log.run_dir={tmp_path}", "log.name=ray", "log.quiet=true", "distributed.backend=ray",
-        "distributed.rollout_workers=2", f"rollout.max_staleness={staleness}", "algo.tis=token",
+        "distributed.rollout_workers=2", "rollout.max_staleness=1", "algo.tis=token",
+        f"rollout.partial_tokens={partial}",
     ])  # fmt: skip
     summary = Trainer(cfg).run()
     base, final = summary["base_eval"], summary["final_eval"]
@@ -83,8 +85,70 @@ def test_two_workers_train_the_default_task(rlvr_home, tmp_path, monkeypatch, st
     lines = (tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()
     steps = [r for r in map(json.loads, lines) if "loss" in r]
     assert len(steps) == 12
-    assert all(r["async/staleness_max"] == staleness for r in steps[1:])
     assert all(0 <= r["trainer/idle_ratio"] <= 1 for r in steps)
+    if not partial:
+        assert all(r["async/staleness_max"] == 1 for r in steps[1:])
+        return
+    # generations in flight at a sync went on under the new weights
+    assert all(r["async/staleness_max"] >= 1 for r in steps[1:])
+    assert any(r["async/mixed_versions"] > 0 for r in steps)
+    assert all(0 <= r["rollout/carried_share"] + r["rollout/early_share"] <= 1 for r in steps)
+
+
+def test_partial_rollouts_resume_on_the_batch_held_in_the_checkpoint(fast_overrides, tmp_path):
+    """A checkpoint waits for every request in flight, so the pools hold nothing then and the
+    batch sampled ahead is all there is to keep: the resumed run trains on it. Later batches
+    depend on when weights arrived between segments, so they are not replayed."""
+    base = [*fast_overrides, *SMALL, "rollout.max_staleness=1", "rollout.partial_tokens=4",
+            "distributed.rollout_workers=1", "train.save_every=2"]  # fmt: skip
+    cut = Trainer(load_config(None, [*base, "train.steps=2", "log.name=cut"]))
+    cut.run()
+    saved = torch.load(cut.run_dir.checkpoints / "step-000002" / "trainer.pt", weights_only=False)
+    (held,) = saved["state"]["in_flight"].values()
+    held_rewards = [t.reward for part, _, _, _ in held for t in part]
+    resume = load_config(None, [*base, "train.steps=4", "log.name=cut"])
+    Trainer(resume, resume=cut.run_dir.path).run()
+    got = rewards_by_step(cut.run_dir.path)
+    assert list(got) == [1, 2, 3, 4]
+    assert got[3][0] == pytest.approx(sum(held_rewards) / len(held_rewards), abs=1e-6)
+
+
+def test_a_killed_partial_worker_is_refilled_and_no_group_is_trained_twice(fast_overrides):
+    """A partial worker's pool dies with it: the driver admits what it had not returned again on
+    the restarted worker, so every group of every batch is trained exactly once."""
+    cfg = load_config(None, [
+        *fast_overrides, *SMALL, "rollout.max_staleness=1", "rollout.partial_tokens=4",
+        "distributed.rollout_workers=2", "train.steps=6", "log.name=partial-killed",
+    ])  # fmt: skip
+    trainer = Trainer(cfg)
+    worker = trainer.source.workers[0]
+    trained: list[tuple] = []
+    collect = trainer.source.collect
+
+    def recording_collect(problems, group_size, seed):
+        trajectories = collect(problems, group_size, seed)
+        trained.extend((tuple(t.info["admitted"]), t.sample_index) for t in trajectories)
+        return trajectories
+
+    trainer.source.collect = recording_collect
+    done = threading.Event()
+
+    def kill_mid_run():
+        while trainer.state["step"] < 2 and not done.is_set():
+            time.sleep(0.01)
+        ray.kill(worker, no_restart=False)
+
+    killer = threading.Thread(target=kill_mid_run)
+    killer.start()
+    try:
+        trainer.run()
+    finally:
+        done.set()
+        killer.join()
+    assert list(rewards_by_step(trainer.run_dir.path)) == [1, 2, 3, 4, 5, 6]
+    assert len(trained) == 6 * 16 and len(set(trained)) == len(trained)
+    last = json.loads((trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()[-2])
+    assert last["rollout/worker_restarts"] == 1
 
 
 def test_async_resume_trains_on_the_same_samples(fast_overrides, tmp_path):
