@@ -1,14 +1,14 @@
-"""The `rlvr` command: train, eval, pretrain, list."""
+"""The `rlvr` command: train, eval, pretrain, profile, list."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from rlvr.config import ConfigError, load_config
-from rlvr.models.loading import ModelNotFoundError
 
 EXAMPLES = """examples:
   rlvr train                                   # tiny model, GRPO on 3-digit addition (the default)
@@ -93,6 +93,48 @@ def cmd_eval(args) -> None:
     print(json.dumps(metrics, indent=2))
 
 
+def cmd_profile(args) -> None:
+    import torch
+
+    from rlvr.train.profile import cost_model, peak_flops, phase_table
+    from rlvr.train.trainer import Trainer
+
+    cfg = _config(args.config, args.overrides, True)
+    cfg.train.save_every = 0
+    trainer = Trainer(cfg)
+    steps = []
+    try:
+        for _ in range(args.steps + 1):  # the first step warms up caches and threads
+            start = time.perf_counter()
+            metrics = trainer.step()
+            metrics["time/step"] = time.perf_counter() - start
+            trainer.state["step"] += 1
+            steps.append(metrics)
+    finally:
+        trainer.updater.close()
+        trainer.source.close()
+    steps = steps[1:]
+    peak = peak_flops()
+    print(f"{args.steps} steps of {cfg.rollout.batch_size} samples after one warm-up step; "
+          f"peak {peak / 1e9:.1f} GFLOP/s (float32 matmul, {torch.get_num_threads()} threads)")  # fmt: skip
+    print(f"{'phase':<17}{'s/step':>9}{'share':>8}{'GFLOP':>10}{'utilisation':>13}")
+    for phase, seconds, share, flops, used in phase_table(steps):
+        print(f"{phase:<17}{seconds:>9.3f}{share:>8.1%}{flops / 1e9:>10.2f}{used:>13.1%}")
+    step = {k: sum(s.get(k, 0.0) for s in steps) / len(steps) for k in steps[0]}
+    print(f"{'step':<17}{step['time/step']:>9.3f}")
+    print(f"padding in training passes {step['padding/train']:.1%}; "
+          f"{step['tokens/generated']:.0f} tokens generated, {step['tokens/trained']:.0f} trained")  # fmt: skip
+    print("cost model (FLOPs per step at this batch):")
+    algo = cfg.algo
+    layouts = cost_model(step, algo.ppo_epochs, algo.critic_updates)
+    for name, flops in layouts:
+        print(f"  {name:<26}{flops / 1e9:>9.2f} GFLOP  {flops / layouts[0][1]:.2f}x GRPO")
+    measured = sum(step.get(f"flops/{p}", 0.0) for p in ("generate", "old_logprobs",
+                   "ref_logprobs", "values", "update", "critic"))  # fmt: skip
+    print(f"  {'this config (measured)':<26}{measured / 1e9:>9.2f} GFLOP  "
+          f"{measured / layouts[0][1]:.2f}x GRPO")  # fmt: skip
+
+
 def cmd_list(args) -> None:
     from rlvr.registry import describe
 
@@ -168,6 +210,12 @@ def parser() -> argparse.ArgumentParser:
     pre.add_argument("--task", required=True, help="task name")
     pre.set_defaults(func=cmd_pretrain)
 
+    prof = with_config(
+        sub.add_parser("profile", help="time and count the FLOPs of each phase of a few steps")
+    )
+    prof.add_argument("--steps", type=int, default=5, help="steps to measure (default 5)")
+    prof.set_defaults(func=cmd_profile)
+
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
     ls.set_defaults(func=cmd_list)
@@ -184,7 +232,10 @@ def main(argv: list[str] | None = None) -> None:
         root.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    # imported only now, so `rlvr --help` and a usage error never wait for torch
     from transformers.utils import logging as hf_logging
+
+    from rlvr.models.loading import ModelNotFoundError
 
     hf_logging.disable_progress_bar()  # rlvr shows its own; per-shard bars are noise
     try:

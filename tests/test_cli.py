@@ -68,3 +68,16 @@ def test_eval_checks_prompt_lengths_against_the_models_context(tmp_path, capsys)
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"{data} line 3" in err and "task.long_prompts=skip" in err
+
+
+def test_profile_prints_each_phase_and_the_cost_model(fast_overrides, capsys):
+    main(["profile", *fast_overrides, "algo.kl_coef=0.05", "--steps", "2"])
+    out = capsys.readouterr().out
+    table = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    for phase in ("rollout", "ref_logprobs", "update", "weight_sync", "unaccounted", "step"):
+        assert phase in table
+    shares = [float(table[p][2].rstrip("%")) for p in ("rollout", "ref_logprobs", "update")]
+    assert all(0 < share < 100 for share in shares)
+    assert float(table["update"][3]) > 0  # GFLOP
+    assert "GRPO + KL reference" in out and "PPO (critic + reference)" in out
+    assert "this config (measured)" in out

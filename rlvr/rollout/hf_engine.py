@@ -109,37 +109,36 @@ class HFEngine:
         return completions
 
     def _decode(self, prompts, params: SamplingParams, seeds, greedy: bool):
+        """Two savings that leave every sample as it would be alone: each distinct prompt is
+        prefilled once and its cache shared by the rows that ask for it (a group's samples),
+        and a finished row leaves the decode batch, so a long tail does not keep it padded."""
         device = self.model.device
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding keeps every last prompt token aligned
+        distinct: dict[tuple, int] = {}
+        source = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts])
+        width = max(len(p) for p in distinct)
+        input_ids = torch.full((len(distinct), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(distinct), width), dtype=torch.long)
+        for row, prompt in enumerate(distinct):  # left padding aligns every last prompt token
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
             attention[row, width - len(prompt) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
+        cache = getattr(out, self.cache_arg)
+        if len(distinct) < len(prompts):
+            cache.batch_select_indices(source.to(device))
+        logits = out.logits[:, -1][source.to(device)]
+        attention, positions = attention[source.to(device)], positions[source.to(device), -1:]
         generators = None if greedy else [torch.Generator().manual_seed(int(s)) for s in seeds]
 
-        tokens = torch.full(
-            (batch, params.max_new_tokens), -1, dtype=torch.long
-        )  # -1 = not generated
+        batch = len(prompts)
+        tokens = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long)  # -1: none
         logprobs = torch.zeros((batch, params.max_new_tokens))
         finish = ["length"] * batch
-        done = torch.zeros(batch, dtype=torch.bool)
-        cache = None
+        rows = torch.arange(batch)  # the prompts still decoding, in the batch's order
         for t in range(params.max_new_tokens):
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self.cache_arg: cache},
-            )
-            cache = getattr(out, self.cache_arg)
-            dist = sampling_logprobs(
-                out.logits[:, -1], params.temperature, params.top_k, params.top_p
-            )
+            dist = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
             if greedy:
                 next_tokens = dist.argmax(-1).cpu()
             else:
@@ -148,27 +147,34 @@ class HFEngine:
                 uniform = torch.stack([torch.rand(dist.shape[-1], generator=g) for g in generators])
                 gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0)))
                 next_tokens = (dist.cpu() + gumbel).argmax(-1)
-            chosen_lp = dist.gather(-1, next_tokens[:, None].to(device)).squeeze(-1).cpu()
-            live = ~done  # bookkeeping stays on the CPU; only the next input goes to the device
-            tokens[live, t] = next_tokens[live]
-            logprobs[live, t] = chosen_lp[live]
-            hit_eos = torch.isin(next_tokens, self.eos) & live
-            for row in hit_eos.nonzero().flatten().tolist():
-                finish[row] = "eos"
-            done |= hit_eos
+            chosen = dist.gather(-1, next_tokens[:, None].to(device)).squeeze(-1).cpu()
+            tokens[rows, t], logprobs[rows, t] = next_tokens, chosen
+            ended = torch.isin(next_tokens, self.eos)
+            for i in ended.nonzero().flatten().tolist():
+                finish[rows[i]] = "eos"
             if params.stop:
-                for row in (live & ~hit_eos).nonzero().flatten().tolist():
+                for i in (~ended).nonzero().flatten().tolist():
                     # the visible text, as vLLM matches it: a special token's name is no stop
                     text = self.tokenizer.decode(
-                        tokens[row, : t + 1].tolist(), skip_special_tokens=True
+                        tokens[rows[i], : t + 1].tolist(), skip_special_tokens=True
                     )
                     if any(s in text for s in params.stop):
-                        finish[row], done[row] = "stop", True
-            if bool(done.all()):
+                        finish[rows[i]], ended[i] = "stop", True
+            if bool(ended.all()) or t == params.max_new_tokens - 1:
                 break
-            input_ids = next_tokens.masked_fill(done, self.pad_id)[:, None].to(device)
+            if bool(ended.any()):  # finished rows leave the batch, and their cache with them
+                keep = (~ended).nonzero().flatten()
+                cache.batch_select_indices(keep.to(device))
+                rows, next_tokens = rows[keep], next_tokens[keep]
+                attention, positions = attention[keep.to(device)], positions[keep.to(device)]
+                if generators is not None:
+                    generators = [generators[i] for i in keep.tolist()]
             attention = torch.cat(
-                [attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1
+                [attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)], -1
             )
-            positions = positions[:, -1:] + 1
+            positions = positions + 1
+            out = self.model(input_ids=next_tokens[:, None].to(device), attention_mask=attention,
+                             position_ids=positions, use_cache=True, logits_to_keep=1,
+                             **{self.cache_arg: cache})  # fmt: skip
+            cache, logits = getattr(out, self.cache_arg), out.logits[:, -1]
         return tokens, logprobs, finish

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from rlvr.train.faults import (
     stop_at_step_end,
 )
 from rlvr.train.metrics import batch_metrics, staleness_metrics
+from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir, RunDirError
@@ -66,13 +66,6 @@ from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
 
 TRAIN_STREAM = 0
-
-
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    start = time.perf_counter()
-    yield
-    timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
 def seed_everything(seed: int) -> None:
@@ -133,6 +126,8 @@ class Trainer:
         )
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
+        self.shape = ModelShape.of(self.model)
+        self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
         model_path = policy_path(cfg, self.components.task)
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
@@ -257,7 +252,12 @@ class Trainer:
     def step(self) -> dict[str, float]:
         """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
         cfg, timings = self.cfg, {}
+        start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
+        timings["time/rollout"] = (
+            time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
+        )
+        prepare_start = time.perf_counter()
         if not trajectories:  # every sample hit an infrastructure error: nothing to learn from
             self.display.message(
                 f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
@@ -283,6 +283,10 @@ class Trainer:
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
+        nested = ("time/old_logprobs", "time/ref_logprobs", "time/values")
+        timings["time/advantages"] = (
+            time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
+        )
         self.source.release_memory()
         with timed(timings, "time/update"):
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
@@ -298,6 +302,7 @@ class Trainer:
         if self.critic is not None:
             with timed(timings, "time/critic"):
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
+        metrics_start = time.perf_counter()
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
         metrics.update(staleness_metrics(trajectories, self.state["step"]))
@@ -313,7 +318,22 @@ class Trainer:
         metrics["tokens_per_sec/train"] = (
             seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
         )
+        metrics.update(self.profile(trajectories, batch, data, result, timings))
+        metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
+
+    def profile(self, trajectories, batch, data: UpdateInputs, result, timings) -> dict:
+        """FLOPs of each phase of this step, and the share of the machine's peak each achieved."""
+        algo = self.cfg.algo
+        passes = {
+            "old_logprobs": float(data.old_logprobs is not None),
+            "ref_logprobs": float(data.ref_logprobs is not None),
+            "values": float(self.critic is not None),
+            "update": 3.0 * algo.ppo_epochs * bool(result.metrics),
+            "critic": 3.0 * algo.critic_updates * algo.ppo_epochs * (self.critic is not None),
+        }
+        flops = step_flops(self.shape, trajectories, batch, self.cfg.train.micro_batch_size, passes)
+        return {**flops, **utilisation({**flops, **timings}, peak_flops())}
 
     def rollout(
         self, timings: dict[str, float]
@@ -388,8 +408,7 @@ class Trainer:
     def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
         cfg = self.cfg
         source = self.source
-        with timed(timings, "time/rollout"):
-            trajectories = source.collect(problems, cfg.rollout.group_size, seed)
+        trajectories = source.collect(problems, cfg.rollout.group_size, seed)
         self.reward_errors.record(self.state["step"] + 1, trajectories)
         for name, seconds in source.timings.items():
             timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
@@ -493,6 +512,8 @@ class Trainer:
                 metrics = self.step()
                 self.state["step"] += 1
                 metrics["time/step"] = time.perf_counter() - step_start
+                if self.checkpoint_seconds:
+                    metrics["time/checkpoint"], self.checkpoint_seconds = self.checkpoint_seconds, 0
                 if metrics["skipped_updates"]:
                     self.on_bad_step()
                 if self.due(cfg.train.eval_every):
@@ -504,7 +525,9 @@ class Trainer:
                 run_dir.log({"step": self.state["step"], **metrics})
                 bar.update(self.state["step"], metrics)
                 if self.due(cfg.train.save_every):
+                    start = time.perf_counter()
                     self.save()
+                    self.checkpoint_seconds = time.perf_counter() - start
         if stop_requested():
             self.stop()
         return self.finish(started)

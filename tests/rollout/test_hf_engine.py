@@ -106,3 +106,32 @@ def test_large_calls_are_split_without_changing_samples(tiny_model, tokenizer):
         prompts, params, seeds=list(range(5))
     )
     assert [c.token_ids for c in whole] == [c.token_ids for c in split]
+
+
+def test_a_group_shares_one_prefill_and_finished_rows_leave_the_batch(tiny_model, tokenizer):
+    """Four samples of one prompt and two of others: the prefill runs on the three distinct
+    prompts, the decode batch shrinks as rows finish, and every sample is what it is alone."""
+    texts = ["12+34=", "12+34=", "5+6=", "12+34=", "777+888=", "12+34="]
+    prompts = prompts_for(tokenizer, texts)
+    # any digit stops a reply, so the untrained model's replies end at different lengths
+    params, seeds = SamplingParams(24, 1.0, stop=list("0123456789")), [3, 1, 4, 1, 5, 9]
+    rows_per_forward = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_per_forward.append(len(kwargs["input_ids"])),
+        with_kwargs=True,
+    )
+    try:
+        together = HFEngine(tiny_model, tokenizer).generate(prompts, params, seeds)
+    finally:
+        hook.remove()
+    assert rows_per_forward[0] == 3  # one prefill row per distinct prompt
+    # the call that feeds token k holds exactly the rows longer than k
+    longest = max(len(c.token_ids) for c in together)
+    alive = [sum(len(c.token_ids) > k for c in together) for k in range(1, longest)]
+    assert rows_per_forward[1:] == alive and alive[-1] < len(prompts)
+    engine = HFEngine(tiny_model, tokenizer)
+    for prompt, seed, got in zip(prompts, seeds, together):
+        (alone,) = engine.generate([prompt], params, [seed])
+        assert got.token_ids == alone.token_ids and got.finish_reason == alone.finish_reason
+        assert got.logprobs == pytest.approx(alone.logprobs, abs=1e-6)
+    assert together[0].token_ids != together[3].token_ids  # one prompt, two seeds: two answers

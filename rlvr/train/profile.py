@@ -1,0 +1,189 @@
+"""The compute-centric profiler: each step's phases timed, their FLOPs estimated from the model's
+shape and the batch, and the achieved rate set against a matrix-multiply peak measured here."""
+
+from __future__ import annotations
+
+import functools
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from rlvr.types import Batch, Trajectory
+
+# The phases of step(), in order; they partition it, so their times add up to time/step.
+PHASES = (
+    "rollout", "baseline_rollout", "old_logprobs", "ref_logprobs", "values", "advantages",
+    "update", "weight_sync", "critic", "metrics",
+)  # fmt: skip
+OUTSIDE = ("eval", "checkpoint")  # timed in the loop around step(), not inside it
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a transformer's FLOPs depend on. `body` counts the weights of every linear layer
+    but the output head; a token costs 2 FLOPs per weight it meets, and attention adds
+    4 x layers x attention width x the positions it attends to (scores and weighted values)."""
+
+    body: int  # weights in the linear layers below the head
+    head: int  # weights in the output head (vocabulary x hidden)
+    layers: int
+    attention_width: int  # query heads x head size
+    hidden: int
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ModelShape:
+        head = model.get_output_embeddings()
+        linear = [m for m in model.modules() if isinstance(m, nn.Linear) and m is not head]
+        config = model.config
+        width = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        return cls(
+            body=sum(m.in_features * m.out_features for m in linear),
+            head=head.in_features * head.out_features,
+            layers=config.num_hidden_layers,
+            attention_width=config.num_attention_heads * width,
+            hidden=config.hidden_size,
+        )
+
+    def critic(self) -> ModelShape:
+        """A value model on this body: the head is one number per position."""
+        return replace(self, head=self.hidden)
+
+    def forward(self, rows: int, width: int, head_tokens: int | None = None) -> float:
+        """FLOPs of one forward over a [rows, width] batch, attention dense over the width (as
+        the kernels compute it); the head on `head_tokens` positions (default: all)."""
+        tokens = rows * width
+        attention = 4 * self.layers * self.attention_width * rows * width * width
+        head = tokens if head_tokens is None else head_tokens
+        return 2.0 * self.body * tokens + attention + 2.0 * self.head * head
+
+    def sequence(self, length: int, head_tokens: int) -> float:
+        """FLOPs of processing one sequence token by token with a KV cache (each position
+        attends to itself and those before it), the head on `head_tokens` positions."""
+        attention = 4 * self.layers * self.attention_width * length * (length + 1) // 2
+        return 2.0 * self.body * length + attention + 2.0 * self.head * head_tokens
+
+
+def micro_batch_forwards(shape: ModelShape, lengths: list[int], micro: int) -> tuple[float, int]:
+    """FLOPs and computed tokens of a teacher-forced pass in micro-batches of `micro` rows,
+    each trimmed to its longest sequence (the trainer's layout; the update shuffles rows first,
+    which this estimate does not model)."""
+    flops, computed = 0.0, 0
+    for start in range(0, len(lengths), micro):
+        rows = lengths[start : start + micro]
+        flops += shape.forward(len(rows), max(rows))
+        computed += len(rows) * max(rows)
+    return flops, computed
+
+
+def step_flops(
+    shape: ModelShape,
+    trajectories: list[Trajectory],
+    batch: Batch,
+    micro: int,
+    passes: dict[str, float],
+) -> dict[str, float]:
+    """FLOPs of each phase of one step. Generation counts each sequence once with a KV cache
+    (what any engine must compute; padding and finished rows an engine keeps are extra).
+    `passes`: forward passes over the batch per phase (the update counts 3 per epoch:
+    forward and a backward of twice its cost)."""
+    generated = sum(t.num_generated for t in trajectories)
+    # every token but the last is processed once (the last is sampled, never fed back)
+    flops = {
+        "generate": sum(shape.sequence(len(t.token_ids) - 1, t.num_generated) for t in trajectories)
+    }
+    lengths = batch.attention_mask.sum(-1).tolist()
+    policy_pass, computed = micro_batch_forwards(shape, lengths, micro)
+    critic_pass, _ = micro_batch_forwards(shape.critic(), lengths, micro)
+    for phase, count in passes.items():
+        flops[phase] = count * (critic_pass if phase in ("values", "critic") else policy_pass)
+    return {
+        **{f"flops/{phase}": value for phase, value in flops.items() if value},
+        "flops/forward_policy": policy_pass,
+        "flops/forward_critic": critic_pass,
+        "tokens/generated": float(generated),
+        "tokens/trained": float(sum(lengths)),
+        "padding/train": 1.0 - sum(lengths) / max(computed, 1),
+    }
+
+
+def utilisation(metrics: dict[str, float], peak: float) -> dict[str, float]:
+    """Achieved FLOP/s of each phase with a FLOP estimate and a time, and its share of `peak`."""
+    out = {}
+    for key, flops in list(metrics.items()):
+        if not key.startswith("flops/"):
+            continue
+        phase = key.removeprefix("flops/")
+        seconds = metrics.get(f"time/{phase}", 0.0)
+        if seconds > 0:
+            out[f"flops_per_sec/{phase}"] = flops / seconds
+            out[f"utilisation/{phase}"] = flops / seconds / peak
+    return out
+
+
+@functools.cache
+def peak_flops(size: int = 512, seconds: float = 0.2) -> float:
+    """The best float32 matrix-multiply rate of this process's threads, over about `seconds`:
+    what 100% utilisation means on this machine (measured once per process)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # first call pays for thread start-up
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        a @ b
+        best = max(best, 2.0 * size**3 / (time.perf_counter() - start))
+    return best
+
+
+def phase_table(steps: list[dict[str, float]]) -> list[tuple[str, float, float, float, float]]:
+    """(phase, mean seconds, share of the step, mean FLOPs, utilisation) over `steps`, for the
+    phases of step() and those around it; `unaccounted` is what no phase timed. The rollout's
+    utilisation is generation's (its FLOPs over time/generate, without the reward)."""
+
+    def mean(key: str) -> float:
+        return sum(s.get(key, 0.0) for s in steps) / len(steps)
+
+    step = mean("time/step")
+    rows = []
+    for phase in (*PHASES, *OUTSIDE):
+        seconds = mean(f"time/{phase}")
+        counted = "generate" if phase == "rollout" else phase  # the rollout's FLOPs: generation's
+        if seconds or mean(f"flops/{counted}"):
+            flops, used = mean(f"flops/{counted}"), mean(f"utilisation/{counted}")
+            rows.append((phase, seconds, seconds / step, flops, used))
+    inside = sum(mean(f"time/{phase}") for phase in PHASES)
+    rows.append(("unaccounted", step - inside, (step - inside) / step, 0.0, 0.0))
+    return rows
+
+
+def cost_model(step: dict[str, float], epochs: int, critic_updates: int) -> list[tuple[str, float]]:
+    """The survey's cost model of a step, from this step's generation FLOPs and the FLOPs of one
+    forward pass over its batch by the policy (P) and by a value model (C): GRPO pays for
+    generation and the update (3P per epoch, plus old logprobs once there are several epochs); a
+    KL reference adds P; PPO adds the reference, old logprobs, the critic's values (C) and its
+    updates (3C per epoch and critic pass). (name, FLOPs) per layout."""
+    generate, p, c = (
+        step["flops/generate"],
+        step["flops/forward_policy"],
+        step["flops/forward_critic"],
+    )
+    critic_free = generate + 3 * p * epochs + (p if epochs > 1 else 0.0)
+    actor_critic = generate + 2 * p + c + 3 * p * epochs + 3 * c * epochs * critic_updates
+    return [
+        ("GRPO", critic_free),
+        ("GRPO + KL reference", critic_free + p),
+        ("PPO (critic + reference)", actor_critic),
+    ]

@@ -1,0 +1,139 @@
+"""The profiler: FLOP estimates against torch's own count, the per-step numbers against hand
+computations, and phases that partition the step."""
+
+import copy
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from rlvr.config import LoraSettings, load_config
+from rlvr.models.lora import apply_lora
+from rlvr.models.tiny import build_model
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.train.profile import (
+    PHASES,
+    ModelShape,
+    cost_model,
+    micro_batch_forwards,
+    phase_table,
+    step_flops,
+    utilisation,
+)
+from rlvr.train.trainer import Trainer
+from rlvr.types import Batch, Problem, Trajectory
+
+
+@pytest.fixture(scope="module")
+def eager_model(tokenizer):
+    """Eager attention: its scores and weighted values are matmuls torch's counter sees."""
+    model = build_model("nano", tokenizer, seed=0).eval()
+    model.set_attn_implementation("eager")
+    return model
+
+
+def counted(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def test_a_forward_pass_costs_what_torch_counts(eager_model):
+    shape = ModelShape.of(eager_model)
+    ids = torch.randint(10, 100, (3, 17))
+    with torch.no_grad():
+        flops = counted(lambda: eager_model(input_ids=ids))
+    assert shape.forward(3, 17) == pytest.approx(flops, rel=1e-9)
+    assert shape.forward(3, 17) > 2 * (shape.body + shape.head) * 3 * 17  # attention counts
+
+
+def test_cached_decoding_costs_what_torch_counts(eager_model, tokenizer):
+    """One prompt token, then 11 sampled with a KV cache: 12 positions, each processed once
+    and attending to itself and those before it, the head on every sampled token."""
+    shape = ModelShape.of(eager_model)
+    engine = HFEngine(eager_model, tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0)
+    out = []
+    flops = counted(lambda: out.extend(engine.generate([[5]], params, [3])))
+    generated = len(out[0].token_ids)
+    assert generated == 12 and out[0].finish_reason == "length"
+    assert shape.sequence(1 + generated - 1, generated) == pytest.approx(flops, rel=1e-9)
+
+
+def test_a_lora_model_counts_its_adapters(eager_model):
+    lora = apply_lora(copy.deepcopy(eager_model), LoraSettings(r=4))
+    plain, adapted = ModelShape.of(eager_model), ModelShape.of(lora)
+    ids = torch.randint(10, 100, (2, 9))
+    with torch.no_grad():
+        flops = counted(lambda: lora(input_ids=ids))
+    assert adapted.body > plain.body and adapted.head == plain.head
+    assert adapted.forward(2, 9) == pytest.approx(flops, rel=1e-9)
+
+
+def trajectory(prompt: int, generated: int) -> Trajectory:
+    n = prompt + generated
+    return Trajectory(
+        problem=Problem("p", "x"), group_id=0, sample_index=0, token_ids=[1] * n,
+        loss_mask=[0] * prompt + [1] * generated, behaviour_logprobs=[0.0] * n,
+        turn_rewards=[1.0], turn_ends=[n],
+    )  # fmt: skip
+
+
+def test_step_flops_by_hand():
+    shape = ModelShape(body=100, head=20, layers=2, attention_width=4, hidden=5)
+    samples = [trajectory(3, 2), trajectory(3, 5), trajectory(2, 1)]  # lengths 5, 8, 3
+    batch = Batch.from_trajectories(samples, 0)
+    got = step_flops(shape, samples, batch, 2, {"update": 3.0, "values": 1.0})
+    # generation: each sequence once, all but its last token processed (that token is never
+    # fed back); attention over 1..n positions; the head on each sampled token
+    attention = 4 * 2 * 4
+    generate = sum(
+        2 * 100 * (n - 1) + attention * (n - 1) * n / 2 + 2 * 20 * g
+        for n, g in ((5, 2), (8, 5), (3, 1))
+    )
+    assert got["flops/generate"] == pytest.approx(generate)
+    # micro-batches of 2 rows: [5, 8] padded to 8, then [3]
+    forward = (2 * 120 * 16 + attention * 2 * 64) + (2 * 120 * 3 + attention * 9)
+    critic = (2 * 105 * 16 + attention * 2 * 64) + (2 * 105 * 3 + attention * 9)
+    assert got["flops/forward_policy"] == pytest.approx(forward)
+    assert got["flops/update"] == pytest.approx(3 * forward)
+    assert got["flops/values"] == pytest.approx(critic)
+    assert got["padding/train"] == pytest.approx(1 - 16 / 19)
+    assert got["tokens/generated"] == 8 and got["tokens/trained"] == 16
+    assert micro_batch_forwards(shape, [5, 8, 3], 3) == (shape.forward(3, 8), 24)
+
+
+def test_utilisation_and_cost_model_by_hand():
+    metrics = {"flops/update": 6e9, "time/update": 2.0, "flops/generate": 1e9}
+    assert utilisation(metrics, peak=6e9) == {
+        "flops_per_sec/update": 3e9,
+        "utilisation/update": 0.5,
+    }  # no time for generate: nothing to divide
+    step = {"flops/generate": 10.0, "flops/forward_policy": 2.0, "flops/forward_critic": 1.0}
+    assert cost_model(step, epochs=1, critic_updates=2) == [
+        ("GRPO", 16.0),
+        ("GRPO + KL reference", 18.0),
+        ("PPO (critic + reference)", 10 + 4 + 1 + 6 + 6),
+    ]
+    assert cost_model(step, epochs=2, critic_updates=1)[0] == ("GRPO", 10 + 12 + 2)
+
+
+@pytest.mark.parametrize("extra", [[], ["algo.kl_coef=0.05", "algo.advantage=gae"]])
+def test_the_phases_partition_every_step(fast_overrides, extra):
+    """What no phase timed is the few statements between the timers: under 5% of the step."""
+    trainer = Trainer(load_config(None, [*fast_overrides, "train.steps=2", *extra]))
+    trainer.run()
+    steps = [r for r in trainer.run_dir.read_metrics() if "time/step" in r]
+    assert len(steps) == 2
+    for step in steps:
+        inside = sum(step.get(f"time/{phase}", 0.0) for phase in PHASES)
+        assert 0.95 * step["time/step"] <= inside <= step["time/step"]
+        assert all(step.get(f"time/{phase}", 0.0) >= 0 for phase in PHASES)
+        assert step["flops/generate"] > 0 and 0 < step["utilisation/update"] < 1
+        assert ("flops/ref_logprobs" in step) == bool(extra)
+        assert ("flops/critic" in step) == bool(extra)
+    rows = {row[0]: row for row in phase_table(steps)}
+    assert rows["update"][3] == pytest.approx(
+        sum(s["flops/update"] for s in steps) / 2
+    )  # fmt: skip
+    assert abs(rows["unaccounted"][2]) < 0.05
