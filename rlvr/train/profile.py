@@ -47,15 +47,13 @@ class ModelShape:
         head = model.get_output_embeddings()
         linear = [m for m in model.modules() if isinstance(m, nn.Linear) and m is not head]
         config = model.config
-        width = (
-            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        )
+        heads, hidden = config.num_attention_heads, config.hidden_size
         return cls(
             body=sum(m.in_features * m.out_features for m in linear),
-            head=head.in_features * head.out_features,
+            head=head.in_features * head.out_features if isinstance(head, nn.Linear) else 0,
             layers=config.num_hidden_layers,
-            attention_width=config.num_attention_heads * width,
-            hidden=config.hidden_size,
+            attention_width=heads * (getattr(config, "head_dim", None) or hidden // heads),
+            hidden=hidden,
         )
 
     def critic(self) -> ModelShape:
