@@ -127,6 +127,7 @@ class Trainer:
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
         self.shape = ModelShape.of(self.model)
+        peak_flops()  # measured once per process, here at start-up rather than inside a step
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
         model_path = policy_path(cfg, self.components.task)
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None

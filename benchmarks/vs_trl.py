@@ -1,0 +1,205 @@
+"""rlvr against Hugging Face TRL's GRPOTrainer on the same run, each in its own process, in turn.
+
+Both start from rlvr's warm-started tiny model of the default task (saved once as a Hugging
+Face model directory), train on the same arithmetic prompts (rendered by the model's chat
+template), score with the same reward function (rlvr's default: numeric answer plus format
+bonus, as a TRL reward function) and share the shape: P prompts x G samples a step, up to T new
+tokens, temperature 1, lr 1e-4 constant, no KL, one epoch, no gradient checkpointing, grad
+norm clipped at 1. Each side's final model is scored by rlvr's own eval (greedy accuracy on
+the same 200 held-out problems). Prints one JSON object: per framework and round, median
+seconds per step (after the first), generated tokens per second, peak RSS, final eval
+accuracy, and the ratios rlvr / TRL.
+
+TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
+
+    python benchmarks/vs_trl.py [--steps 20] [--rounds 2] [section.key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+
+def cpu_model() -> str:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def shared_setup(overrides: list[str]):
+    from rlvr.config import load_config
+    from rlvr.train.display import Display
+    from rlvr.train.setup import build_components
+    from rlvr.train.trainer import load_policy
+
+    cfg = load_config(None, [*overrides, "log.quiet=true"])
+    components = build_components(cfg)
+    return cfg, components, Display(True), load_policy
+
+
+def final_accuracy(model_dir: str, overrides: list[str]) -> float:
+    from rlvr.models.loading import load_model
+    from rlvr.train.evaluate import evaluate
+    from rlvr.train.setup import make_runner
+
+    cfg, components, _, _ = shared_setup(overrides)
+    model, tokenizer = load_model(model_dir, "float32", False)
+    runner = make_runner(cfg, model.eval(), tokenizer, components)
+    metrics = evaluate(runner, components.task.eval_problems(), 1, cfg.train.seed, 0)
+    return metrics["eval/accuracy"]
+
+
+def run_rlvr(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> dict:
+    from rlvr.config import load_config
+    from rlvr.train.trainer import Trainer
+
+    cfg = load_config(None, [
+        *overrides, f"model.name={model_dir}", f"train.steps={steps}", "train.eval_every=0",
+        "train.save_every=0", "train.lr=1e-4", "train.lr_schedule=constant",
+        f"log.run_dir={out_dir}", "log.name=rlvr", "log.quiet=true",
+    ])  # fmt: skip
+    trainer = Trainer(cfg)
+    trainer.run()
+    records = [r for r in trainer.run_dir.read_metrics() if "time/step" in r]
+    return {
+        "step_seconds": [r["time/step"] for r in records],
+        "generated_tokens": [r["tokens/generated"] for r in records],
+        "final_dir": str(trainer.run_dir.final),
+    }
+
+
+def run_trl(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg, components, _, _ = shared_setup(overrides)
+    r, task = cfg.rollout, components.task
+    prompts_per_step = r.batch_size // r.group_size
+    problems = {}
+    rows = []
+    for i in range(steps * prompts_per_step):
+        problem = task.train_problem(i)
+        problems[problem.id] = problem
+        rows.append({"prompt": problem.messages(), "problem_id": problem.id})
+
+    def reward(prompts, completions, problem_id, **_) -> list[float]:
+        return [
+            float(components.reward(problems[pid], completion[-1]["content"]).value)
+            for pid, completion in zip(problem_id, completions)
+        ]
+
+    timings: list[float] = []
+    generated: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            timings.append(time.perf_counter() - self.start)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "completions/mean_length" in logs:
+                generated.append(logs["completions/mean_length"] * r.batch_size)
+
+    args = GRPOConfig(
+        output_dir=out_dir, num_generations=r.group_size, per_device_train_batch_size=r.batch_size,
+        max_completion_length=r.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
+        learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, num_iterations=1,
+        gradient_checkpointing=False, use_cpu=True, max_steps=steps, logging_steps=1,
+        save_strategy="no", report_to="none", max_grad_norm=cfg.train.max_grad_norm,
+        seed=cfg.train.seed, bf16=False,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer, callbacks=[StepTimer()],
+    )  # fmt: skip
+    trainer.train()
+    final = Path(out_dir) / "final"
+    trainer.model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return {"step_seconds": timings, "generated_tokens": generated, "final_dir": str(final)}
+
+
+def child(framework: str, model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> None:
+    """One framework's run in this process, so its peak RSS is its own."""
+    torch.manual_seed(0)
+    run = run_rlvr if framework == "rlvr" else run_trl
+    result = run(model_dir, out_dir, steps, overrides)
+    result["final_accuracy"] = final_accuracy(result.pop("final_dir"), overrides)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def summary(run: dict) -> dict:
+    seconds = statistics.median(run["step_seconds"][1:])
+    tokens = statistics.fmean(run["generated_tokens"][1:]) if run["generated_tokens"] else 0.0
+    return {
+        "seconds_per_step_median": round(seconds, 3),
+        "generated_tokens_per_step": round(tokens, 1),
+        "final_accuracy": run["final_accuracy"],
+        "peak_rss_mib": round(run["peak_rss_mib"], 1),
+        "steps": len(run["step_seconds"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2, help="rlvr then TRL, this many times")
+    parser.add_argument("--child", nargs=3, metavar=("FRAMEWORK", "MODEL_DIR", "OUT_DIR"))
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    if args.child:
+        return child(*args.child, args.steps, args.overrides)
+    cfg, components, display, load_policy = shared_setup(args.overrides)
+    results: dict[str, list[dict]] = {"rlvr": [], "trl": []}
+    with tempfile.TemporaryDirectory() as work:
+        model, tokenizer = load_policy(cfg, components, display)  # the warm start, cached
+        model.save_pretrained(f"{work}/model")
+        tokenizer.save_pretrained(f"{work}/model")
+        for round_ in range(args.rounds):
+            for framework in results:
+                out = f"{work}/{framework}-{round_}"
+                command = [sys.executable, __file__, "--steps", str(args.steps), "--child",
+                           framework, f"{work}/model", out, *args.overrides]  # fmt: skip
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
+                results[framework].append(summary(json.loads(done.stdout.splitlines()[-1])))
+    import trl
+
+    median = {
+        name: statistics.median(r["seconds_per_step_median"] for r in runs)
+        for name, runs in results.items()
+    }
+    print(json.dumps({
+        "benchmark": "vs_trl", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "trl": trl.__version__, "steps": args.steps, "overrides": args.overrides,
+        "shape": {"prompts": cfg.rollout.batch_size // cfg.rollout.group_size,
+                  "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens},
+        "rounds": results,
+        "step_time_rlvr_over_trl": round(median["rlvr"] / median["trl"], 3),
+    }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
