@@ -5,14 +5,16 @@ Face model directory), train on the same arithmetic prompts (rendered by the mod
 template), score with the same reward function (rlvr's default: numeric answer plus format
 bonus, as a TRL reward function) and share the shape: P prompts x G samples a step, up to T new
 tokens, temperature 1, lr 1e-4 constant, no KL, one epoch, no gradient checkpointing, grad
-norm clipped at 1. Each side's final model is scored by rlvr's own eval (greedy accuracy on
-the same 200 held-out problems). Prints one JSON object: per framework and round, median
-seconds per step (after the first), generated tokens per second, peak RSS, final eval
-accuracy, and the ratios rlvr / TRL.
+norm clipped at 1. Every K steps each side's model is scored by rlvr's own eval (greedy
+accuracy on the same 200 held-out problems; rlvr evaluates in the run, TRL's checkpoints are
+evaluated after its run), outside the timed steps. Prints one JSON object: per framework and
+round, median seconds per step (after the first), generated tokens per step, peak RSS, eval
+accuracy by step, training seconds to the target accuracy, and the ratios rlvr / TRL.
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
 
-    python benchmarks/vs_trl.py [--steps 20] [--rounds 2] [section.key=value ...]
+    python benchmarks/vs_trl.py [--steps 20] [--rounds 2] [--eval-every 2] [--target 0.9]
+                                [section.key=value ...]
 """
 
 from __future__ import annotations
@@ -63,26 +65,30 @@ def final_accuracy(model_dir: str, overrides: list[str]) -> float:
     return metrics["eval/accuracy"]
 
 
-def run_rlvr(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> dict:
+def run_rlvr(model_dir: str, out_dir: str, steps: int, every: int, overrides: list[str]) -> dict:
     from rlvr.config import load_config
     from rlvr.train.trainer import Trainer
 
     cfg = load_config(None, [
-        *overrides, f"model.name={model_dir}", f"train.steps={steps}", "train.eval_every=0",
+        *overrides, f"model.name={model_dir}", f"train.steps={steps}", f"train.eval_every={every}",
+        "train.eval_k=1",
         "train.save_every=0", "train.lr=1e-4", "train.lr_schedule=constant",
         f"log.run_dir={out_dir}", "log.name=rlvr", "log.quiet=true",
     ])  # fmt: skip
     trainer = Trainer(cfg)
     trainer.run()
-    records = [r for r in trainer.run_dir.read_metrics() if "time/step" in r]
+    metrics = trainer.run_dir.read_metrics()
+    records = [r for r in metrics if "time/step" in r]
     return {
         "step_seconds": [r["time/step"] for r in records],
         "generated_tokens": [r["tokens/generated"] for r in records],
-        "final_dir": str(trainer.run_dir.final),
+        "accuracy_by_step": {
+            r["step"]: r["eval/accuracy"] for r in metrics if "eval/accuracy" in r
+        },
     }
 
 
-def run_trl(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> dict:
+def run_trl(model_dir: str, out_dir: str, steps: int, every: int, overrides: list[str]) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -122,7 +128,8 @@ def run_trl(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> d
         max_completion_length=r.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
         learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, num_iterations=1,
         gradient_checkpointing=False, use_cpu=True, max_steps=steps, logging_steps=1,
-        save_strategy="no", report_to="none", max_grad_norm=cfg.train.max_grad_norm,
+        save_strategy="steps", save_steps=every, save_only_model=True, report_to="none",
+        max_grad_norm=cfg.train.max_grad_norm,
         seed=cfg.train.seed, bf16=False,
     )  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -132,29 +139,39 @@ def run_trl(model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> d
         processing_class=tokenizer, callbacks=[StepTimer()],
     )  # fmt: skip
     trainer.train()
-    final = Path(out_dir) / "final"
-    trainer.model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
-    return {"step_seconds": timings, "generated_tokens": generated, "final_dir": str(final)}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before rlvr's evals
+    accuracy = {0: final_accuracy(model_dir, overrides)}
+    for checkpoint in sorted(Path(out_dir).glob("checkpoint-*"), key=lambda p: int(p.name[11:])):
+        tokenizer.save_pretrained(checkpoint)
+        accuracy[int(checkpoint.name[11:])] = final_accuracy(str(checkpoint), overrides)
+    return {"step_seconds": timings, "generated_tokens": generated, "accuracy_by_step": accuracy,
+            "peak_rss_mib": peak}  # fmt: skip
 
 
-def child(framework: str, model_dir: str, out_dir: str, steps: int, overrides: list[str]) -> None:
+def child(framework: str, model_dir: str, out_dir: str, steps: int, every: int,
+          overrides: list[str]) -> None:  # fmt: skip
     """One framework's run in this process, so its peak RSS is its own."""
     torch.manual_seed(0)
     run = run_rlvr if framework == "rlvr" else run_trl
-    result = run(model_dir, out_dir, steps, overrides)
-    result["final_accuracy"] = final_accuracy(result.pop("final_dir"), overrides)
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = run(model_dir, out_dir, steps, every, overrides)
+    result.setdefault("peak_rss_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(result))
 
 
-def summary(run: dict) -> dict:
+def summary(run: dict, target: float) -> dict:
     seconds = statistics.median(run["step_seconds"][1:])
     tokens = statistics.fmean(run["generated_tokens"][1:]) if run["generated_tokens"] else 0.0
+    accuracy = {int(step): acc for step, acc in run["accuracy_by_step"].items()}
+    reached = next((s for s in sorted(accuracy) if s and accuracy[s] >= target), None)
     return {
         "seconds_per_step_median": round(seconds, 3),
         "generated_tokens_per_step": round(tokens, 1),
-        "final_accuracy": run["final_accuracy"],
+        "accuracy_by_step": accuracy,
+        "final_accuracy": accuracy[max(accuracy)],
+        "step_reaching_target": reached,
+        "train_seconds_to_target": None
+        if reached is None
+        else round(sum(run["step_seconds"][:reached]), 2),
         "peak_rss_mib": round(run["peak_rss_mib"], 1),
         "steps": len(run["step_seconds"]),
     }
@@ -164,11 +181,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2, help="rlvr then TRL, this many times")
+    parser.add_argument("--eval-every", type=int, default=2)
+    parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--child", nargs=3, metavar=("FRAMEWORK", "MODEL_DIR", "OUT_DIR"))
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.child:
-        return child(*args.child, args.steps, args.overrides)
+        return child(*args.child, args.steps, args.eval_every, args.overrides)
     cfg, components, display, load_policy = shared_setup(args.overrides)
     results: dict[str, list[dict]] = {"rlvr": [], "trl": []}
     with tempfile.TemporaryDirectory() as work:
@@ -178,12 +197,14 @@ def main() -> None:
         for round_ in range(args.rounds):
             for framework in results:
                 out = f"{work}/{framework}-{round_}"
-                command = [sys.executable, __file__, "--steps", str(args.steps), "--child",
-                           framework, f"{work}/model", out, *args.overrides]  # fmt: skip
+                command = [sys.executable, __file__, "--steps", str(args.steps), "--eval-every",
+                           str(args.eval_every), "--child", framework, f"{work}/model", out,
+                           *args.overrides]  # fmt: skip
                 done = subprocess.run(command, capture_output=True, text=True)
                 if done.returncode:
                     sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
-                results[framework].append(summary(json.loads(done.stdout.splitlines()[-1])))
+                run = json.loads(done.stdout.splitlines()[-1])
+                results[framework].append(summary(run, args.target))
     import trl
 
     median = {
@@ -193,7 +214,8 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "vs_trl", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "trl": trl.__version__, "steps": args.steps, "overrides": args.overrides,
+        "trl": trl.__version__, "steps": args.steps, "target": args.target,
+        "overrides": args.overrides,
         "shape": {"prompts": cfg.rollout.batch_size // cfg.rollout.group_size,
                   "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens},
         "rounds": results,
