@@ -288,8 +288,8 @@ class Trainer:
         timings["time/advantages"] = (
             time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
         )
-        self.source.release_memory()
         with timed(timings, "time/update"):
+            self.source.release_memory()
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
                 result = self.updater.update(
                     self.model, self.optimizer, self.scheduler, data, cfg,

@@ -39,6 +39,24 @@ def ray_session():
     ray.shutdown()
 
 
+def run_killing_a_worker_at_step_2(trainer, worker) -> None:
+    """trainer.run(), with `worker` killed as if its process died (Ray restarts the actor)."""
+    done = threading.Event()
+
+    def kill_mid_run():
+        while trainer.state["step"] < 2 and not done.is_set():
+            time.sleep(0.01)
+        ray.kill(worker, no_restart=False)
+
+    killer = threading.Thread(target=kill_mid_run)
+    killer.start()
+    try:
+        trainer.run()
+    finally:
+        done.set()
+        killer.join()
+
+
 def rewards_by_step(run_dir):
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: (r["reward"], r["loss"]) for r in map(json.loads, lines) if "loss" in r}
@@ -131,20 +149,7 @@ def test_a_killed_partial_worker_is_refilled_and_no_group_is_trained_twice(fast_
         return trajectories
 
     trainer.source.collect = recording_collect
-    done = threading.Event()
-
-    def kill_mid_run():
-        while trainer.state["step"] < 2 and not done.is_set():
-            time.sleep(0.01)
-        ray.kill(worker, no_restart=False)
-
-    killer = threading.Thread(target=kill_mid_run)
-    killer.start()
-    try:
-        trainer.run()
-    finally:
-        done.set()
-        killer.join()
+    run_killing_a_worker_at_step_2(trainer, worker)
     assert list(rewards_by_step(trainer.run_dir.path)) == [1, 2, 3, 4, 5, 6]
     assert len(trained) == 6 * 16 and len(set(trained)) == len(trained)
     last = json.loads((trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()[-2])
@@ -172,21 +177,7 @@ def test_a_killed_worker_is_replaced_and_nothing_is_lost_or_counted_twice(fast_o
     calm = Trainer(load_config(None, [*base, "log.name=calm"]))
     calm.run()
     trainer = Trainer(load_config(None, [*base, "log.name=killed"]))
-    worker = trainer.source.workers[0]
-    done = threading.Event()
-
-    def kill_mid_run():
-        while trainer.state["step"] < 2 and not done.is_set():
-            time.sleep(0.01)
-        ray.kill(worker, no_restart=False)  # as if the process died: Ray restarts the actor
-
-    killer = threading.Thread(target=kill_mid_run)
-    killer.start()
-    try:
-        trainer.run()
-    finally:
-        done.set()
-        killer.join()
+    run_killing_a_worker_at_step_2(trainer, trainer.source.workers[0])
     expected, got = rewards_by_step(calm.run_dir.path), rewards_by_step(trainer.run_dir.path)
     assert list(got) == [1, 2, 3, 4, 5]
     for step in got:  # the same samples, each once: the restarted worker redid its share

@@ -129,7 +129,7 @@ def test_the_phases_partition_every_step(fast_overrides, extra):
         inside = sum(step.get(f"time/{phase}", 0.0) for phase in PHASES)
         assert 0.95 * step["time/step"] <= inside <= step["time/step"]
         assert all(step.get(f"time/{phase}", 0.0) >= 0 for phase in PHASES)
-        assert step["flops/generate"] > 0 and 0 < step["utilisation/update"] < 1
+        assert step["flops/generate"] > 0 and step["utilisation/update"] > 0
         assert ("flops/ref_logprobs" in step) == bool(extra)
         assert ("flops/critic" in step) == bool(extra)
     rows = {row[0]: row for row in phase_table(steps)}
