@@ -9,7 +9,13 @@ import time
 
 from transformers import PreTrainedModel
 
-from rlvr.distributed.ray_rollout import RayRollout, RolloutWorker, WorkerDiedError
+from rlvr.distributed.ray_rollout import (
+    RayRollout,
+    RolloutTimeoutError,
+    RolloutWorker,
+    WorkerDiedError,
+    WorkerRestartingError,
+)
 from rlvr.types import Trajectory
 
 
@@ -98,7 +104,8 @@ class PartialRayRollout(RayRollout):
             try:
                 result = self._wait([ref])[0]
                 break
-            except WorkerDiedError:  # Ray restarted it with an empty pool: fill it again
+            except WorkerDiedError:  # Ray restarts it with an empty pool: fill it again
+                self._until_restarted(worker)
                 for seed, share in self.backlog[worker].items():
                     self._admit(worker, seed, share)
                 ref = self.workers[worker].advance.remote(need, [self.weights], self.version)
@@ -112,6 +119,22 @@ class PartialRayRollout(RayRollout):
             if not kept:
                 del backlog[seed]
         return result
+
+    def _until_restarted(self, worker: int) -> None:
+        """Wait until the restarted worker answers: what reaches it while Ray restarts it is
+        refused, and a refused admission would leave a group out of its pool."""
+        deadline = time.perf_counter() + self.timeout
+        while True:
+            try:
+                self._get([self.workers[worker].where.remote()], "restart")
+                return
+            except WorkerRestartingError:
+                if time.perf_counter() > deadline:
+                    raise RolloutTimeoutError(
+                        f"rollout worker {worker} did not come back within "
+                        f"distributed.rollout_timeout = {self.timeout:g} s"
+                    ) from None
+                time.sleep(0.1)
 
     def collect(self, problems, group_size, seed) -> list[Trajectory]:
         trajectories = super().collect(problems, group_size, seed)

@@ -28,6 +28,10 @@ class WorkerDiedError(RuntimeError):
     """A rollout worker died, and Ray did not (or could not) run its request again."""
 
 
+class WorkerRestartingError(WorkerDiedError):
+    """A rollout worker is being restarted by Ray and refused a request meanwhile."""
+
+
 def ray_module():
     try:
         import ray
@@ -253,6 +257,8 @@ class RayRollout:
                 f"{self.timeout:g} s. Fix: raise it for long generations, or see the workers' logs "
                 "under /tmp/ray/session_latest/logs for what they are stuck on."
             ) from None
+        except ray.exceptions.ActorUnavailableError as e:
+            raise WorkerRestartingError(f"a rollout worker is restarting ({e})") from None
         except ray.exceptions.RayActorError as e:
             raise WorkerDiedError(
                 f"a rollout worker died more than distributed.max_restarts = "
