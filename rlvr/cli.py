@@ -96,7 +96,7 @@ def cmd_eval(args) -> None:
 def cmd_profile(args) -> None:
     import torch
 
-    from rlvr.train.profile import cost_model, peak_flops, phase_table
+    from rlvr.train.profile import cost_model, mean_metrics, peak_flops, phase_table, step_total
     from rlvr.train.trainer import Trainer
 
     cfg = _config(args.config, args.overrides, True)
@@ -120,7 +120,7 @@ def cmd_profile(args) -> None:
     print(f"{'phase':<17}{'s/step':>9}{'share':>8}{'GFLOP':>10}{'utilisation':>13}")
     for phase, seconds, share, flops, used in phase_table(steps):
         print(f"{phase:<17}{seconds:>9.3f}{share:>8.1%}{flops / 1e9:>10.2f}{used:>13.1%}")
-    step = {k: sum(s.get(k, 0.0) for s in steps) / len(steps) for k in steps[0]}
+    step = mean_metrics(steps)
     print(f"{'step':<17}{step['time/step']:>9.3f}")
     print(f"padding in training passes {step['padding/train']:.1%}; "
           f"{step['tokens/generated']:.0f} tokens generated, {step['tokens/trained']:.0f} trained")  # fmt: skip
@@ -129,8 +129,7 @@ def cmd_profile(args) -> None:
     layouts = cost_model(step, algo.ppo_epochs, algo.critic_updates)
     for name, flops in layouts:
         print(f"  {name:<26}{flops / 1e9:>9.2f} GFLOP  {flops / layouts[0][1]:.2f}x GRPO")
-    measured = sum(step.get(f"flops/{p}", 0.0) for p in ("generate", "old_logprobs",
-                   "ref_logprobs", "values", "update", "critic"))  # fmt: skip
+    measured = step_total(step)
     print(f"  {'this config (measured)':<26}{measured / 1e9:>9.2f} GFLOP  "
           f"{measured / layouts[0][1]:.2f}x GRPO")  # fmt: skip
 

@@ -125,11 +125,11 @@ class HFEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                          use_cache=True, logits_to_keep=1)  # fmt: skip
-        cache = getattr(out, self.cache_arg)
+        cache, source = getattr(out, self.cache_arg), source.to(device)
         if len(distinct) < len(prompts):
-            cache.batch_select_indices(source.to(device))
-        logits = out.logits[:, -1][source.to(device)]
-        attention, positions = attention[source.to(device)], positions[source.to(device), -1:]
+            cache.batch_select_indices(source)
+        logits = out.logits[:, -1][source]
+        attention, positions = attention[source], positions[source, -1:]
         generators = None if greedy else [torch.Generator().manual_seed(int(s)) for s in seeds]
 
         batch = len(prompts)

@@ -110,8 +110,8 @@ def step_flops(
         flops[phase] = count * (critic_pass if phase in ("values", "critic") else policy_pass)
     return {
         **{f"flops/{phase}": value for phase, value in flops.items() if value},
-        "flops/forward_policy": policy_pass,
-        "flops/forward_critic": critic_pass,
+        "flops_per_pass/policy": policy_pass,
+        "flops_per_pass/critic": critic_pass,
         "tokens/generated": float(generated),
         "tokens/trained": float(sum(lengths)),
         "padding/train": 1.0 - sum(lengths) / max(computed, 1),
@@ -146,13 +146,26 @@ def peak_flops(size: int = 512, seconds: float = 0.2) -> float:
     return best
 
 
+def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over `steps`, counting a step that lacks it as 0."""
+    keys = {key for step in steps for key in step}
+    return {key: sum(step.get(key, 0.0) for step in steps) / len(steps) for key in keys}
+
+
+def step_total(metrics: dict[str, float]) -> float:
+    """All FLOPs a step's phases did (one pass's cost, `flops_per_pass/*`, is not a phase)."""
+    return sum(value for key, value in metrics.items() if key.startswith("flops/"))
+
+
 def phase_table(steps: list[dict[str, float]]) -> list[tuple[str, float, float, float, float]]:
     """(phase, mean seconds, share of the step, mean FLOPs, utilisation) over `steps`, for the
     phases of step() and those around it; `unaccounted` is what no phase timed. The rollout's
     utilisation is generation's (its FLOPs over time/generate, without the reward)."""
 
+    means = mean_metrics(steps)
+
     def mean(key: str) -> float:
-        return sum(s.get(key, 0.0) for s in steps) / len(steps)
+        return means.get(key, 0.0)
 
     step = mean("time/step")
     rows = []
@@ -175,8 +188,8 @@ def cost_model(step: dict[str, float], epochs: int, critic_updates: int) -> list
     updates (3C per epoch and critic pass). (name, FLOPs) per layout."""
     generate, p, c = (
         step["flops/generate"],
-        step["flops/forward_policy"],
-        step["flops/forward_critic"],
+        step["flops_per_pass/policy"],
+        step["flops_per_pass/critic"],
     )
     critic_free = generate + 3 * p * epochs + (p if epochs > 1 else 0.0)
     actor_critic = generate + 2 * p + c + 3 * p * epochs + 3 * c * epochs * critic_updates

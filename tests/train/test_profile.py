@@ -15,9 +15,11 @@ from rlvr.train.profile import (
     PHASES,
     ModelShape,
     cost_model,
+    mean_metrics,
     micro_batch_forwards,
     phase_table,
     step_flops,
+    step_total,
     utilisation,
 )
 from rlvr.train.trainer import Trainer
@@ -95,7 +97,7 @@ def test_step_flops_by_hand():
     # micro-batches of 2 rows: [5, 8] padded to 8, then [3]
     forward = (2 * 120 * 16 + attention * 2 * 64) + (2 * 120 * 3 + attention * 9)
     critic = (2 * 105 * 16 + attention * 2 * 64) + (2 * 105 * 3 + attention * 9)
-    assert got["flops/forward_policy"] == pytest.approx(forward)
+    assert got["flops_per_pass/policy"] == pytest.approx(forward)
     assert got["flops/update"] == pytest.approx(3 * forward)
     assert got["flops/values"] == pytest.approx(critic)
     assert got["padding/train"] == pytest.approx(1 - 16 / 19)
@@ -109,13 +111,17 @@ def test_utilisation_and_cost_model_by_hand():
         "flops_per_sec/update": 3e9,
         "utilisation/update": 0.5,
     }  # no time for generate: nothing to divide
-    step = {"flops/generate": 10.0, "flops/forward_policy": 2.0, "flops/forward_critic": 1.0}
+    step = {"flops/generate": 10.0, "flops_per_pass/policy": 2.0, "flops_per_pass/critic": 1.0}
     assert cost_model(step, epochs=1, critic_updates=2) == [
         ("GRPO", 16.0),
         ("GRPO + KL reference", 18.0),
         ("PPO (critic + reference)", 10 + 4 + 1 + 6 + 6),
     ]
     assert cost_model(step, epochs=2, critic_updates=1)[0] == ("GRPO", 10 + 12 + 2)
+    per_step = {"flops/generate": 10.0, "flops/update": 6.0, "flops_per_pass/policy": 2.0,
+                "flops_per_sec/update": 3.0}  # fmt: skip
+    assert step_total(per_step) == 16.0  # a pass's cost and a rate are not a phase's FLOPs
+    assert mean_metrics([{"a": 1.0, "b": 4.0}, {"a": 3.0}]) == {"a": 2.0, "b": 2.0}
 
 
 @pytest.mark.parametrize("extra", [[], ["algo.kl_coef=0.05", "algo.advantage=gae"]])
