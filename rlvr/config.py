@@ -500,6 +500,13 @@ class DistributedConfig(Section):
         description="ray: data-parallel ranks of the policy update (gloo on CPU, NCCL on GPU); "
         "rank 0 is this process, the others are Ray actors.",
     )
+    trainer_sharding: Literal["replicate", "fsdp"] = Field(
+        "replicate",
+        description="ray: 'replicate' (DDP): every trainer rank holds the whole policy and "
+        "optimizer state. 'fsdp' (FSDP2): each holds 1/trainer_ranks of the weights, gradients "
+        "and optimizer state, for a policy whose training state does not fit one device; rank 0 "
+        "also keeps the whole weights the rollout and the checkpoints read.",
+    )
     placement: Literal["colocated", "disaggregated"] = Field(
         "colocated",
         description="ray: 'colocated' puts rollout worker i and trainer rank i in one placement "
@@ -568,6 +575,14 @@ class Config(Section):
                 f"rollout.max_staleness = {r.max_staleness} samples while the policy trains, "
                 "which needs rollout workers of their own; fix: distributed.backend=ray (or "
                 "rollout.max_staleness=0)"
+            )
+        d = self.distributed
+        if d.trainer_sharding == "fsdp" and (d.backend != "ray" or d.trainer_ranks < 2):
+            raise ValueError(
+                "distributed.trainer_sharding = 'fsdp' shards the training state over trainer "
+                f"ranks, but this run has {d.trainer_ranks if d.backend == 'ray' else 1}; fix: "
+                "distributed.backend=ray and distributed.trainer_ranks=2 or more (or "
+                "distributed.trainer_sharding=replicate)"
             )
         if r.max_staleness and a.tis == "off":
             raise ValueError(

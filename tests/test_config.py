@@ -268,9 +268,14 @@ def test_a_config_file_that_is_not_utf8_names_the_file_line_and_fix(tmp_path, su
             ],
             ["rollout.stop", "rollout.partial_tokens=0"],
         ),  # fmt: skip
+        (["distributed.trainer_sharding=fsdp"], ["distributed.backend=ray", "trainer_ranks=2"]),
+        (
+            ["distributed.backend=ray", "distributed.trainer_sharding=fsdp"],
+            ["has 1;", "distributed.trainer_ranks=2"],
+        ),
     ],
 )
-def test_asynchronous_settings_that_cannot_work_name_the_fix(overrides, names):
+def test_distributed_settings_that_cannot_work_name_the_fix(overrides, names):
     with pytest.raises(ConfigError) as e:
         load_config(None, overrides)
     assert all(name in str(e.value) for name in names)

@@ -3,7 +3,7 @@ the gradients are summed over ranks, so N ranks take the same optimizer step as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -18,18 +18,35 @@ class DataParallel:
 
     Every rank holds the whole batch and computes the loss normalisers (token and sequence
     counts) over the whole minibatch, so summing the ranks' gradients gives exactly the
-    gradient one process would compute: no rescaling, whatever each rank's share."""
+    gradient one process would compute: no rescaling, whatever each rank's share. `sharded`:
+    the model is FSDP2-sharded (rlvr/distributed/sharded.py), which sums the gradients itself
+    during backward."""
 
     rank: int = 0
     world_size: int = 1
+    sharded: bool = False
 
     def share(self, minibatch: torch.Tensor) -> torch.Tensor:
         """This rank's rows of a minibatch (row indices); may be empty for a tiny minibatch."""
         return minibatch.tensor_split(self.world_size)[self.rank]
 
+    def micro_batches(
+        self, minibatch: torch.Tensor, size: int
+    ) -> Iterator[tuple[torch.Tensor, bool]]:
+        """(rows, counted) for each micro-batch of this rank's share. A sharded model gathers
+        its weights in every forward and scatters gradients in every backward, collectives
+        that all ranks must join: a rank with fewer rows makes up the count with uncounted
+        passes over one row, whose loss is multiplied by zero."""
+        own = list(self.share(minibatch).split(size))
+        yield from ((rows, True) for rows in own)
+        if self.sharded:
+            largest = len(minibatch.tensor_split(self.world_size)[0])  # rank 0's share
+            most = -(-largest // size)
+            yield from ((minibatch[:1], False) for _ in range(most - len(own)))
+
     def sum_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
         """All-reduce (sum) the gradients of the trainable parameters over the group."""
-        if self.world_size == 1:
+        if self.world_size == 1 or self.sharded:
             return
         params = [p for p in parameters if p.requires_grad]
         for p in params:  # a rank whose share was empty still takes part in every reduce
@@ -74,21 +91,3 @@ def _reduce_bucket(grads: list[torch.Tensor]) -> None:
 
 
 SINGLE = DataParallel()
-
-
-class LocalUpdate:
-    """The update group of one process: policy_update, nothing to keep in step."""
-
-    def load(self, model, optimizer, scheduler) -> None:
-        return None
-
-    def update(self, model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator):
-        from rlvr.train.update import policy_update
-
-        return policy_update(model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator)
-
-    def describe(self) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        return None

@@ -1,9 +1,10 @@
-"""Trainer ranks beyond the first as Ray actors: each holds a replica of the policy and its
-optimizer, joins this process (rank 0) in a gloo (CPU) or NCCL (GPU) group, and computes its
-share of every update, so the replicas take identical steps."""
+"""Trainer ranks beyond the first as Ray actors: each joins this process (rank 0) in a gloo
+(CPU) or NCCL (GPU) group and computes its share of every update, holding either a replica of
+the policy and its optimizer or (distributed.trainer_sharding = "fsdp") 1/N of them."""
 
 from __future__ import annotations
 
+import copy
 import socket
 from datetime import timedelta
 
@@ -19,24 +20,36 @@ from rlvr.distributed.ray_rollout import (
     ray_module,
     where,
 )
+from rlvr.distributed.sharded import (
+    copy_full_trainable,
+    full_optimizer_state,
+    load_full_state,
+    local_numel,
+    shard_model,
+)
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import apply_lora, trainable_state_dict
-from rlvr.train.update import UpdateInputs, UpdateResult, policy_update
+from rlvr.train.checkpoint import Restored
+from rlvr.train.update import (
+    UpdateInputs,
+    UpdateResult,
+    make_optimizer,
+    make_scheduler,
+    policy_update,
+)
 
 
 def build_replica(cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str):
-    """The policy, its optimizer and scheduler and the loss functions, as rank 0 builds them."""
+    """The policy and the loss functions, as rank 0 builds them."""
     from rlvr.train.setup import build_components
-    from rlvr.train.trainer import make_optimizer, make_scheduler
 
     m, components = cfg.model, build_components(cfg)
     model, _ = load_model(model_path, m.dtype, m.trust_remote_code, tokenizer)
     if m.lora.r > 0:
         model = apply_lora(model, m.lora)
     model = model.to(resolve_device(m.device))
-    optimizer = make_optimizer(cfg, model)
     kl = None if cfg.algo.kl_in_reward else components.kl
-    return model, optimizer, make_scheduler(cfg, optimizer), components.loss, kl
+    return model, components.loss, kl
 
 
 class TrainerRank:
@@ -46,26 +59,41 @@ class TrainerRank:
                  rank: int):  # fmt: skip
         torch.set_num_threads(cfg.distributed.torch_threads)
         self.cfg, self.rank = cfg, rank
-        self.model, self.optimizer, self.scheduler, self.loss, self.kl = build_replica(
-            cfg, tokenizer, model_path
-        )
+        self.sharded = cfg.distributed.trainer_sharding == "fsdp"
+        self.model, self.loss, self.kl = build_replica(cfg, tokenizer, model_path)
+        self.total = local_numel(self.model)
 
     def join(self, init_method: str, world_size: int, backend: str) -> dict:
         timeout = timedelta(seconds=self.cfg.distributed.rollout_timeout)
         dist.init_process_group(backend, init_method=init_method, rank=self.rank,
                                 world_size=world_size, timeout=timeout)  # fmt: skip
+        if self.sharded:
+            shard_model(self.model)
+        self.optimizer = make_optimizer(self.cfg, self.model)  # over the shards, if sharded
+        self.scheduler = make_scheduler(self.cfg, self.optimizer)
         return where()
 
-    def load(self, weights: dict, optimizer: dict, scheduler: dict) -> None:
-        self.model.load_state_dict(weights, strict=False)
-        self.optimizer.load_state_dict(optimizer)
-        self.scheduler.load_state_dict(scheduler)
+    def load(self, weights: dict, optimizer_state: dict | None, scheduler_state: dict) -> None:
+        if self.sharded:  # rank 0 broadcasts the weights and (when resuming) optimizer state
+            load_full_state(self.model, self.optimizer, {}, optimizer_state)
+        else:
+            self.model.load_state_dict(weights, strict=False)
+            self.optimizer.load_state_dict(optimizer_state)
+        self.scheduler.load_state_dict(scheduler_state)
 
     def update(self, data: UpdateInputs, rng_state: torch.Tensor) -> None:
         generator = torch.Generator().set_state(rng_state)
-        parallel = DataParallel(self.rank, dist.get_world_size())
+        parallel = DataParallel(self.rank, dist.get_world_size(), self.sharded)
         policy_update(self.model, self.optimizer, self.scheduler, data, self.cfg, self.loss,
                       self.kl, generator, parallel)  # fmt: skip
+        if self.sharded:
+            copy_full_trainable(self.model, None)  # rank 0 gathers the new weights
+
+    def optimizer_state(self) -> None:
+        full_optimizer_state(self.model, self.optimizer)  # gathered on rank 0 only
+
+    def held_share(self) -> float:
+        return local_numel(self.model) / self.total
 
     def weights_checksum(self) -> float:
         return float(sum(p.double().sum() for p in trainable_state_dict(self.model).values()))
@@ -80,13 +108,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class GatheredOptimizer:
+    """What a checkpoint saves of a sharded optimizer: its state gathered whole on rank 0."""
+
+    def __init__(self, group: RayUpdateGroup):
+        self.group = group
+
+    def state_dict(self) -> dict:
+        started = [r.optimizer_state.remote() for r in self.group.ranks]
+        state = full_optimizer_state(self.group.trained, self.group.local_optimizer)
+        self.group._get(started)
+        return state
+
+
 class RayUpdateGroup:
     """Rank 0 (this process) plus distributed.trainer_ranks - 1 TrainerRank actors placed in
-    the bundles the rollout workers' placement group set aside for them."""
+    the bundles the rollout workers' placement group set aside for them.
 
-    def __init__(self, cfg: Config, tokenizer, model_path: str, bundles: list, actor_options: dict):
+    Replicated, rank 0 trains `model` itself. Sharded, it trains a sharded copy and gathers
+    each update into `model`, which the rollout, the old logprobs and checkpoints read."""
+
+    def __init__(self, cfg: Config, tokenizer, model_path: str, bundles: list, actor_options: dict,
+                 model):  # fmt: skip
         ray = ray_module()
-        self.timeout, world = cfg.distributed.rollout_timeout, cfg.distributed.trainer_ranks
+        self.cfg, self.timeout = cfg, cfg.distributed.rollout_timeout
+        self.sharded, world = (
+            cfg.distributed.trainer_sharding == "fsdp",
+            cfg.distributed.trainer_ranks,
+        )
         options = {k: v for k, v in actor_options.items() if k != "max_task_retries"}
         options["max_restarts"] = 0  # a rank that dies loses its optimizer state: stop the run
         remote = ray.remote(TrainerRank)
@@ -101,26 +150,57 @@ class RayUpdateGroup:
         joined = [r.join.remote(init, world, backend) for r in self.ranks]
         dist.init_process_group(backend, init_method=init, rank=0, world_size=world,
                                 timeout=timedelta(seconds=self.timeout))  # fmt: skip
+        # the copy is whole until shard_model frees all but rank 0's shards
+        self.trained = shard_model(copy.deepcopy(model)) if self.sharded else model
+        self.held = local_numel(self.trained) / local_numel(model)
+        self.local_optimizer = make_optimizer(cfg, self.trained)
+        self.scheduler = make_scheduler(cfg, self.local_optimizer)
+        self.optimizer = GatheredOptimizer(self) if self.sharded else self.local_optimizer
         self.placement = [where(), *self._get(joined)]
-        self.parallel = DataParallel(0, world)
+        self.parallel = DataParallel(0, world, self.sharded)
 
-    def load(self, model, optimizer, scheduler) -> None:
-        """Make every replica equal to rank 0 (at the start, and after a resume)."""
+    def load(self, model, restored: Restored | None) -> None:
+        """Make every rank equal to rank 0 at the start, with a resumed run's optimizer and
+        scheduler state (None: a fresh start)."""
+        if restored is not None:
+            self.scheduler.load_state_dict(restored.scheduler)
+        if self.sharded:
+            optimizer_state = restored.optimizer if restored else None
+            started = [
+                r.load.remote(None, {} if restored else None, self.scheduler.state_dict())
+                for r in self.ranks
+            ]
+            load_full_state(self.trained, self.local_optimizer, trainable_state_dict(model),
+                            optimizer_state)  # fmt: skip
+            self._get(started)
+            return
+        if restored is not None:
+            self.local_optimizer.load_state_dict(restored.optimizer)
         weights = {k: v.detach().cpu() for k, v in trainable_state_dict(model).items()}
-        state = (weights, optimizer.state_dict(), scheduler.state_dict())
+        state = (weights, self.local_optimizer.state_dict(), self.scheduler.state_dict())
         self._get([r.load.remote(*state) for r in self.ranks])
 
-    def update(
-        self, model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator
-    ) -> UpdateResult:
+    def update(self, model, data: UpdateInputs, loss_fn, kl_fn, generator) -> UpdateResult:
         started = [r.update.remote(data, generator.get_state()) for r in self.ranks]
-        result = policy_update(model, optimizer, scheduler, data, cfg, loss_fn, kl_fn, generator,
-                               self.parallel)  # fmt: skip
+        result = policy_update(self.trained, self.local_optimizer, self.scheduler, data, self.cfg,
+                               loss_fn, kl_fn, generator, self.parallel)  # fmt: skip
+        if self.sharded:
+            copy_full_trainable(self.trained, model)
         self._get(started)
         return result
 
     def describe(self) -> list[str]:
-        return placement_lines("trainer rank", self.placement)
+        lines = placement_lines("trainer rank", self.placement)
+        if self.sharded:
+            lines.append(
+                f"trainer: FSDP2 over {len(self.placement)} ranks, each holding "
+                f"{self.held:.0%} of the weights, gradients and optimizer state"
+            )
+        return lines
+
+    def held_shares(self) -> list[float]:
+        """The share of the policy's weights each rank holds (1.0 each when replicated)."""
+        return [self.held, *self._get([r.held_share.remote() for r in self.ranks])]
 
     def checksums(self) -> list[float]:
         return self._get([r.weights_checksum.remote() for r in self.ranks])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +112,15 @@ def checkpoint_step(path: Path) -> int:
     return int(path.name.removeprefix("step-"))
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and RNGs in place; return the trainer state."""
+@dataclass
+class Restored:
+    state: dict[str, Any]  # the trainer's
+    optimizer: dict  # state dicts, for the update group to load into its own
+    scheduler: dict
+
+
+def load_checkpoint(path: Path, model) -> Restored:
+    """Restore the model's weights and the RNGs in place; return the rest of the checkpoint."""
     if is_lora(model):
         load_adapters(path, model)
     elif not (path / MODEL_FILE).is_file() and (path / ADAPTER_FILE).is_file():
@@ -123,10 +131,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     else:
         model.load_state_dict(load_file(path / MODEL_FILE), strict=True)
     payload = torch.load(path / "trainer.pt", weights_only=False)
-    optimizer.load_state_dict(payload["optimizer"])
-    scheduler.load_state_dict(payload["scheduler"])
     set_rng_state(payload["rng"])
-    return payload["state"]
+    return Restored(payload["state"], payload["optimizer"], payload["scheduler"])
 
 
 def load_adapters(path: Path, model) -> None:

@@ -14,7 +14,6 @@ from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError, suggest
-from rlvr.distributed.data_parallel import LocalUpdate
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
 from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
@@ -31,6 +30,7 @@ from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
 from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
+from rlvr.train.update import LocalUpdate
 from rlvr.types import Problem, Score
 
 RewardFn = Callable[[Problem, str], Score]
@@ -236,16 +236,17 @@ def build_rollout_source(
     return InProcessRollout(engine, runner, evaluator)
 
 
-def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource):
-    """Who runs the policy update: this process, or it and distributed.trainer_ranks - 1 Ray
-    actors (placed where the rollout workers' placement group set aside room for them)."""
+def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource, model):
+    """Who runs the policy update of `model` and holds its optimizer: this process, or it and
+    distributed.trainer_ranks - 1 Ray actors (placed where the rollout workers' placement
+    group set aside room for them)."""
     if cfg.distributed.backend == "ray" and cfg.distributed.trainer_ranks > 1:
         from rlvr.distributed.ray_trainer import RayUpdateGroup
 
         return RayUpdateGroup(
-            cfg, tokenizer, model_path, source.trainer_bundles, source.actor_options
+            cfg, tokenizer, model_path, source.trainer_bundles, source.actor_options, model
         )
-    return LocalUpdate()
+    return LocalUpdate(cfg, model)
 
 
 def sampling_params(cfg: Config) -> SamplingParams:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from rlvr.algos.advantages import AdvInputs, RunningMean
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
@@ -28,11 +27,11 @@ from rlvr.models.lora import (
     check_targets_early,
     is_lora,
     save_final,
-    trainable_state_dict,
 )
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
+    Restored,
     checkpoint_step,
     complete_checkpoints,
     load_checkpoint,
@@ -98,19 +97,6 @@ def load_policy(cfg: Config, components: Components, display: Display):
     return model.to(resolve_device(m.device)), tokenizer
 
 
-def make_optimizer(cfg: Config, model) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(
-        trainable_state_dict(model).values(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
-    )
-
-
-def make_scheduler(cfg: Config, optimizer):
-    total = cfg.train.steps * cfg.algo.ppo_epochs * cfg.algo.minibatches
-    if cfg.train.lr_schedule == "cosine":
-        return get_cosine_schedule_with_warmup(optimizer, cfg.train.warmup_steps, total)
-    return get_constant_schedule_with_warmup(optimizer, cfg.train.warmup_steps)
-
-
 class Trainer:
     """Holds the state of one run; `run()` is the loop."""
 
@@ -136,8 +122,6 @@ class Trainer:
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.canary = HackingMonitor()
-        self.optimizer = make_optimizer(cfg, self.model)
-        self.scheduler = make_scheduler(cfg, self.optimizer)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
         self.reward_errors = RewardErrors(self.run_dir.reward_errors, self.display)
@@ -149,8 +133,9 @@ class Trainer:
             "elapsed": 0.0,
             "hash": cfg.hash(),
         }
+        restored = None
         if resume and complete_checkpoints(self.run_dir.checkpoints):
-            self._resume()
+            restored = self._resume()
         else:
             self._start(resumed=resume is not None)
         in_flight = self.state.pop("in_flight", {})  # batches sampled ahead of the checkpoint
@@ -161,8 +146,10 @@ class Trainer:
             self.source.restore(in_flight)
             # a resumed or adapted policy differs from the files
             self.source.sync(self.model, self.state["step"])
-            self.updater = build_update_group(cfg, self.tokenizer, model_path, self.source)
-            self.updater.load(self.model, self.optimizer, self.scheduler)
+            self.updater = build_update_group(
+                cfg, self.tokenizer, model_path, self.source, self.model
+            )
+            self.updater.load(self.model, restored)
         except BaseException:
             self.source.close()
             raise
@@ -181,10 +168,13 @@ class Trainer:
                 + "; starting the run from scratch"
             )
 
-    def _resume(self) -> None:
+    def _resume(self) -> Restored:
+        """Restore the policy, the RNGs and the trainer state; what the update group takes
+        (optimizer and scheduler state) is returned for it."""
         removed = remove_incomplete(self.run_dir.checkpoints)  # the complete ones are intact
         checkpoints = complete_checkpoints(self.run_dir.checkpoints)
-        state = load_checkpoint(checkpoints[-1], self.model, self.optimizer, self.scheduler)
+        restored = load_checkpoint(checkpoints[-1], self.model)
+        state = restored.state
         if state["hash"] != self.cfg.hash():
             raise ConfigError(
                 f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
@@ -206,7 +196,7 @@ class Trainer:
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
-            return  # finished: run() completes what a kill cut short, and touches nothing else
+            return restored  # finished: run() completes what a kill cut short, nothing else
         self.run_dir.config_file.write_text(dump_config(self.cfg))  # train.steps may have changed
         self.run_dir.truncate_metrics(state["step"])
         if final_eval is not None:  # train.steps grew: the last step becomes an ordinary one
@@ -217,6 +207,7 @@ class Trainer:
                 self.canary.observe_eval(final_eval["eval/accuracy"])
         cleaned = f" (removed {len(removed)} checkpoint(s) cut short)" if removed else ""
         self.display.message(f"resumed {self.run_dir.path} at step {state['step']}{cleaned}")
+        return restored
 
     def save(self) -> None:
         # The reference is not saved: it is the starting model, rebuilt from model.name.
@@ -231,7 +222,8 @@ class Trainer:
         state["reward_baseline"] = self.reward_baseline.state_dict()
         step, directory = self.state["step"], self.run_dir.checkpoints
         try:
-            save_checkpoint(directory, step, self.model, self.optimizer, self.scheduler, state)
+            u = self.updater
+            save_checkpoint(directory, step, self.model, u.optimizer, u.scheduler, state)
         except Exception as e:  # torch and safetensors report a full disk as their own errors
             raise RunDirError(
                 f"could not write checkpoint step-{step:06d} to {directory} ({type(e).__name__}: "
@@ -292,9 +284,8 @@ class Trainer:
             self.source.release_memory()
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
                 result = self.updater.update(
-                    self.model, self.optimizer, self.scheduler, data, cfg,
-                    self.components.loss, None if cfg.algo.kl_in_reward else self.components.kl,
-                    self.update_rng,
+                    self.model, data, self.components.loss,
+                    None if cfg.algo.kl_in_reward else self.components.kl, self.update_rng,
                 )  # fmt: skip
             else:  # critic warm-up: the policy waits until the values mean something
                 result = UpdateResult({}, skipped=0)
@@ -313,7 +304,7 @@ class Trainer:
             self.state["kl_coef"] = self.kl_coef.update(metrics["kl"], len(batch))
             metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
-        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
         generated, seen = float(batch.loss_mask.sum()), float(batch.attention_mask.sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (

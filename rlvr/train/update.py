@@ -6,15 +6,34 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import (
+    PreTrainedModel,
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+)
 
 from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import Config
 from rlvr.distributed.data_parallel import SINGLE, DataParallel
+from rlvr.models.lora import trainable_state_dict
+from rlvr.train.checkpoint import Restored
 from rlvr.train.logprobs import token_logprobs
 from rlvr.types import Batch
+
+
+def make_optimizer(cfg: Config, model) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        trainable_state_dict(model).values(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+    )
+
+
+def make_scheduler(cfg: Config, optimizer):
+    total = cfg.train.steps * cfg.algo.ppo_epochs * cfg.algo.minibatches
+    if cfg.train.lr_schedule == "cosine":
+        return get_cosine_schedule_with_warmup(optimizer, cfg.train.warmup_steps, total)
+    return get_constant_schedule_with_warmup(optimizer, cfg.train.warmup_steps)
 
 
 @dataclass
@@ -136,17 +155,19 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             num_tokens = float(batch.loss_mask[minibatch].sum())
             step_metrics: dict[str, float] = defaultdict(float)
-            for rows in parallel.share(minibatch).split(cfg.train.micro_batch_size):
+            for rows, counted in parallel.micro_batches(minibatch, cfg.train.micro_batch_size):
                 loss, metrics = micro_batch_loss(
                     model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn,
-                    trainer_logprobs,
+                    trainer_logprobs if counted else None,
                 )  # fmt: skip
-                loss.backward()
-                for name, value in metrics.items():
+                (loss if counted else 0.0 * loss).backward()
+                for name, value in metrics.items() if counted else ():
                     step_metrics[name] += value
             parallel.sum_gradients(model.parameters())
             step_metrics = parallel.sum_metrics(step_metrics)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
+            if hasattr(grad_norm, "full_tensor"):  # a sharded model's, over all ranks' shards
+                grad_norm = grad_norm.full_tensor()
             if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
                 optimizer.zero_grad(
                     set_to_none=True
@@ -170,3 +191,29 @@ def policy_update(
 
 def _finite(value: float) -> bool:
     return value == value and abs(value) != float("inf")
+
+
+class LocalUpdate:
+    """The update group of one process: its optimizer and scheduler step the policy itself."""
+
+    def __init__(self, cfg: Config, model: PreTrainedModel) -> None:
+        self.cfg = cfg
+        self.optimizer = make_optimizer(cfg, model)
+        self.scheduler = make_scheduler(cfg, self.optimizer)
+
+    def load(self, model, restored: Restored | None) -> None:
+        """Take a resumed run's optimizer and scheduler state (None: a fresh start)."""
+        if restored is not None:
+            self.optimizer.load_state_dict(restored.optimizer)
+            self.scheduler.load_state_dict(restored.scheduler)
+
+    def update(self, model, data: UpdateInputs, loss_fn, kl_fn, generator) -> UpdateResult:
+        return policy_update(
+            model, self.optimizer, self.scheduler, data, self.cfg, loss_fn, kl_fn, generator
+        )
+
+    def describe(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None

@@ -6,16 +6,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from rlvr.algos.losses import ppo_clip
-from rlvr.config import load_config
+from rlvr.config import LoraSettings, load_config
 from rlvr.distributed.data_parallel import DataParallel
+from rlvr.distributed.sharded import local_numel, shard_model
+from rlvr.models.lora import apply_lora
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train.update import UpdateInputs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
 OVERRIDES = [
-    "train.micro_batch_size=2",  # a rank's share of 5 rows splits 2, 2, 1
     "algo.ppo_epochs=2",
-    "algo.minibatches=2",
     "rollout.batch_size=20",
     "rollout.group_size=4",
     "train.max_grad_norm=1.0",
@@ -43,14 +43,26 @@ def batch(tokenizer, size=20):
     return Batch.from_trajectories(trajectories, tokenizer.pad_token_id)
 
 
-def updated(parallel: DataParallel, agg: str) -> tuple[dict, dict]:
-    """The tiny model's weights and metrics after one update as `parallel`'s rank."""
+def policy(lora: bool):
     torch.manual_seed(0)
-    tokenizer = build_tokenizer()
     # float64, so that the ranks' other summation order stays far below the tolerance even
     # after Adam divides tiny gradients by their own scale
-    model = build_model("nano", tokenizer, seed=0).double()
-    cfg = load_config(None, [*OVERRIDES, f"algo.loss_agg={agg}"])
+    model = build_model("nano", build_tokenizer(), seed=0).double()
+    if lora:  # a frozen base sharded beside the adapters that train
+        model = apply_lora(model, LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
+    return model
+
+
+def updated(
+    parallel: DataParallel, agg: str, shape: tuple[str, ...], lora: bool = False
+) -> tuple[dict, dict]:
+    """The tiny model's weights and metrics after one update as `parallel`'s rank (whole
+    weights, gathered from the shards when sharded)."""
+    model, tokenizer = policy(lora), build_tokenizer()
+    total = local_numel(model)
+    if parallel.sharded:
+        shard_model(model)
+    cfg = load_config(None, [*OVERRIDES, *shape, f"algo.loss_agg={agg}"])
     data = batch(tokenizer)
     advantages = (data.rewards - data.rewards.mean())[:, None] * data.loss_mask
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -59,31 +71,63 @@ def updated(parallel: DataParallel, agg: str) -> tuple[dict, dict]:
         model, optimizer, scheduler, UpdateInputs(data, advantages, None, None), cfg, ppo_clip,
         None, torch.Generator().manual_seed(3), parallel,
     )  # fmt: skip
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, result.metrics
+    whole = {
+        k: (v.full_tensor() if parallel.sharded else v).detach().clone()
+        for k, v in model.state_dict().items()
+    }
+    held = local_numel(model) / total
+    return whole, dict(result.metrics, held=held)
 
 
-def rank_main(rank: int, world_size: int, init_file: str, agg: str, out: dict) -> None:
+def rank_main(rank: int, world_size: int, init_file: str, case: tuple, out: dict) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world_size)  # fmt: skip
     try:
-        weights, metrics = updated(DataParallel(rank, world_size), agg)
+        agg, sharded, shape, lora = case
+        weights, metrics = updated(DataParallel(rank, world_size, sharded), agg, shape, lora)
         out[rank] = (weights, metrics)
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
-def test_two_gloo_ranks_with_half_batches_match_one_process(tmp_path, monkeypatch, agg):
+# minibatches of 10 rows: a rank's share of 5 splits into micro-batches of 2, 2, 1
+HALVES = ("algo.minibatches=2", "train.micro_batch_size=2")
+# minibatches of 5 rows: shares of 3 and 2 rows, so a sharded rank 1 makes up the count of
+# micro-batches with an uncounted pass
+UNEVEN = ("algo.minibatches=4", "train.micro_batch_size=1")
+
+
+@pytest.mark.parametrize(
+    ("agg", "sharded", "shape", "lora"),
+    [
+        ("token-mean", False, HALVES, False),
+        ("seq-mean-token-mean", False, HALVES, False),
+        ("token-mean", True, HALVES, False),
+        ("seq-mean-token-mean", True, UNEVEN, False),
+        ("token-mean", True, HALVES, True),
+    ],
+    ids=[
+        "ddp-token-mean",
+        "ddp-seq-mean",
+        "fsdp2-token-mean",
+        "fsdp2-seq-mean-uneven",
+        "fsdp2-lora",
+    ],  # fmt: skip
+)
+def test_two_gloo_ranks_with_half_batches_match_one_process(
+    tmp_path, monkeypatch, agg, sharded, shape, lora
+):
     # spawned ranks unpickle rank_main by this module's name, found from the tests folder
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
     torch.set_num_threads(1)
-    expected, expected_metrics = updated(DataParallel(), agg)
+    expected, expected_metrics = updated(DataParallel(), agg, shape, lora)
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(rank_main, args=(2, str(tmp_path / "init"), agg, out), nprocs=2)
+        case = (agg, sharded, shape, lora)
+        mp.spawn(rank_main, args=(2, str(tmp_path / "init"), case, out), nprocs=2)
         results = dict(out)
-    start = build_model("nano", build_tokenizer(), seed=0).double().state_dict()
+    start = policy(lora).state_dict()
     assert any(not torch.equal(start[k], expected[k]) for k in expected)  # the update moved
     for rank in (0, 1):
         weights, metrics = results[rank]
@@ -91,9 +135,27 @@ def test_two_gloo_ranks_with_half_batches_match_one_process(tmp_path, monkeypatc
             torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=name)
         for name in ("loss", "grad_norm", "entropy"):
             assert metrics[name] == pytest.approx(expected_metrics[name], rel=1e-5, abs=1e-6), name
+        # each FSDP rank holds about half the weights (a tensor's odd row goes to rank 0)
+        assert metrics["held"] == (pytest.approx(0.5, abs=0.01) if sharded else 1.0)
 
 
 def test_a_rank_share_can_be_empty_and_shares_cover_the_minibatch():
     minibatch = torch.tensor([5, 2, 7])
     shares = [DataParallel(r, 4).share(minibatch).tolist() for r in range(4)]
     assert shares == [[5], [2], [7], []]
+
+
+def test_sharded_ranks_pad_to_the_same_number_of_micro_batches():
+    minibatch = torch.tensor([5, 2, 7, 1, 9])  # shares [5, 2, 7] and [1, 9]
+    plans = [
+        [
+            (rows.tolist(), counted)
+            for rows, counted in DataParallel(r, 2, sharded).micro_batches(minibatch, 2)
+        ]
+        for sharded in (False, True)
+        for r in range(2)
+    ]
+    assert plans[0] == [([5, 2], True), ([7], True)]
+    assert plans[1] == [([1, 9], True)]  # replicated ranks need not match
+    assert plans[2] == plans[0]
+    assert plans[3] == [([1, 9], True), ([5], False)]

@@ -1,0 +1,73 @@
+"""Trainer ranks on Ray: replicated ranks stay equal to rank 0, and sharded (FSDP2) ranks take
+the same steps while each holds half the training state, through a checkpoint and resume."""
+
+import pytest
+import torch
+
+from rlvr.config import load_config
+from rlvr.train.trainer import Trainer
+
+ray = pytest.importorskip("ray", reason="Ray is an extra: pip install -c constraints.txt '.[ray]'")
+
+TWO_RANKS = [
+    "distributed.backend=ray",
+    "distributed.trainer_ranks=2",
+    "distributed.rollout_workers=1",
+    "task.digits=2",  # the e2e runs' warm start: right about half the time, so it learns
+    "model.pretrain_steps=400",
+    "rollout.batch_size=16",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=32",
+    "task.eval_size=4",
+    "train.eval_k=1",
+    "train.eval_every=0",
+    "train.micro_batch_size=4",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    """One local Ray for the module (rlvr leaves a Ray it did not start running)."""
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_replicated_ranks_stay_equal_to_rank_zero(fast_overrides):
+    trainer = Trainer(load_config(None, [*fast_overrides, *TWO_RANKS, "train.steps=2"]))
+    start = [float(p.double().sum()) for p in trainer.model.parameters()]
+    try:
+        for _ in range(2):
+            trainer.step()
+            trainer.state["step"] += 1
+        rank0 = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        assert trainer.updater.checksums() == [pytest.approx(rank0, rel=1e-12)]
+        assert [float(p.detach().double().sum()) for p in trainer.model.parameters()] != start
+    finally:
+        trainer.updater.close()
+        trainer.source.close()
+
+
+def test_fsdp_ranks_take_the_replicated_steps_and_resume_exactly(fast_overrides):
+    """Three steps replicated against two FSDP2 steps, a checkpoint (the optimizer state gathered
+    from both shards), and a resumed third step: the same weights. Without the gathered Adam
+    moments the third step would move differently."""
+    replicated = Trainer(load_config(None, [*fast_overrides, *TWO_RANKS, "train.steps=3"]))
+    replicated.run()
+    base = [*fast_overrides, *TWO_RANKS, "distributed.trainer_sharding=fsdp", "train.save_every=2",
+            "log.name=fsdp"]  # fmt: skip
+    cut = Trainer(load_config(None, [*base, "train.steps=2"]))
+    assert cut.updater.held_shares() == [pytest.approx(0.5, abs=0.01)] * 2
+    assert any("FSDP2 over 2 ranks" in line for line in cut.updater.describe())
+    initial = weights(cut)
+    cut.run()
+    resumed = Trainer(load_config(None, [*base, "train.steps=3"]), resume=cut.run_dir.path)
+    resumed.run()
+    expected, got = weights(replicated), weights(resumed)
+    assert any(not torch.equal(initial[k], got[k]) for k in got)
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, rtol=0, atol=1e-6, msg=name)
