@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlvr.catalog import KINDS
 from rlvr.config import ConfigError, load_config
 
 EXAMPLES = """examples:
@@ -19,8 +20,6 @@ EXAMPLES = """examples:
   rlvr pretrain --task countdown               # build the warm-started tiny model only
   rlvr list rewards
 """
-
-KINDS = ("advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "presets")
 
 
 def _config(path: str | None, overrides: list[str], quiet: bool):
@@ -135,40 +134,14 @@ def cmd_profile(args) -> None:
 
 
 def cmd_list(args) -> None:
-    from rlvr.registry import describe
+    from rlvr.catalog import rows
 
-    kinds = [args.kind] if args.kind else list(KINDS)
-    for kind in kinds:
+    for kind in [args.kind] if args.kind else list(KINDS):
         print(f"{kind}:")
-        rows = describe(registry(kind))
-        width = max((len(name) for name, _ in rows), default=0)
-        for name, doc in rows:
+        found = rows(kind)
+        width = max((len(name) for name, _ in found), default=0)
+        for name, doc in found:
             print(f"  {name:<{width}}  {doc}")
-
-
-def registry(kind: str) -> dict:
-    if kind == "advantages":
-        from rlvr.algos.advantages import ADVANTAGES as found
-    elif kind == "losses":
-        from rlvr.algos.losses import LOSSES as found
-    elif kind == "kl":
-        from rlvr.algos.kl import KL_ESTIMATORS as found
-    elif kind == "aggregations":
-        from rlvr.algos.losses import AGGREGATIONS as found
-    elif kind == "rewards":
-        from rlvr.rewards import REWARDS as found
-    elif kind == "tasks":
-        from rlvr.tasks import TASKS as found
-    elif kind == "envs":
-        from rlvr.envs import ENVS as found
-    else:
-        from rlvr.models.tiny import PRESETS
-
-        found = {
-            name: f"hidden {h}, layers {n}, heads {a}, mlp {f}"
-            for name, (h, n, a, f) in PRESETS.items()
-        }
-    return found
 
 
 def parser() -> argparse.ArgumentParser:
@@ -217,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
-    ls.set_defaults(func=cmd_list)
+    ls.set_defaults(func=cmd_list, light=True)
     return root
 
 
@@ -231,6 +204,9 @@ def main(argv: list[str] | None = None) -> None:
         root.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    if getattr(args, "light", False):  # `rlvr list` reads a cache and needs no torch
+        args.func(args)
+        return
     # imported only now, so `rlvr --help` and a usage error never wait for torch
     from transformers.utils import logging as hf_logging
 
