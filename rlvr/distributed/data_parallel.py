@@ -31,13 +31,14 @@ class DataParallel:
         return minibatch.tensor_split(self.world_size)[self.rank]
 
     def micro_batches(
-        self, minibatch: torch.Tensor, size: int
+        self, minibatch: torch.Tensor, size: int, lengths: torch.Tensor
     ) -> Iterator[tuple[torch.Tensor, bool]]:
-        """(rows, counted) for each micro-batch of this rank's share. A sharded model gathers
-        its weights in every forward and scatters gradients in every backward, collectives
-        that all ranks must join: a rank with fewer rows makes up the count with uncounted
-        passes over one row, whose loss is multiplied by zero."""
-        own = list(self.share(minibatch).split(size))
+        """(rows, counted) for each micro-batch of this rank's share, longest rows first so
+        that each micro-batch pads to a length near its own (`lengths` [B]: each row's).
+        A sharded model gathers its weights in every forward and scatters gradients in every
+        backward, collectives that all ranks must join: a rank with fewer rows makes up the
+        count with uncounted passes over one row, whose loss is multiplied by zero."""
+        own = list(by_length(self.share(minibatch), lengths).split(size))
         yield from ((rows, True) for rows in own)
         if self.sharded:
             largest = len(minibatch.tensor_split(self.world_size)[0])  # rank 0's share
@@ -79,6 +80,11 @@ class DataParallel:
             for name, value in part.items():
                 total[name] = total.get(name, 0.0) + value
         return total
+
+
+def by_length(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """`rows` ordered longest first (stable, so equal lengths keep their order)."""
+    return rows[torch.argsort(lengths[rows], descending=True, stable=True)]
 
 
 def _reduce_bucket(grads: list[torch.Tensor]) -> None:

@@ -77,9 +77,10 @@ class ModelShape:
 
 def micro_batch_forwards(shape: ModelShape, lengths: list[int], micro: int) -> tuple[float, int]:
     """FLOPs and computed tokens of a teacher-forced pass in micro-batches of `micro` rows,
-    each trimmed to its longest sequence (the trainer's layout; the update shuffles rows first,
-    which this estimate does not model)."""
+    longest first, each trimmed to its longest sequence (the trainer's layout for one
+    minibatch on one rank; with several, each is sorted on its own, which pads a little more)."""
     flops, computed = 0.0, 0
+    lengths = sorted(lengths, reverse=True)
     for start in range(0, len(lengths), micro):
         rows = lengths[start : start + micro]
         flops += shape.forward(len(rows), max(rows))

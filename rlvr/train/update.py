@@ -16,7 +16,7 @@ from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import Config
-from rlvr.distributed.data_parallel import SINGLE, DataParallel
+from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
 from rlvr.train.logprobs import token_logprobs
@@ -59,7 +59,8 @@ def batch_logprobs(
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference)."""
     out = torch.zeros_like(batch.loss_mask)
-    for rows in torch.arange(len(batch)).split(micro_batch_size):
+    everything = torch.arange(len(batch))
+    for rows in by_length(everything, batch.attention_mask.sum(-1)).split(micro_batch_size):
         lp, _ = micro_logprobs(model, batch, rows, temperature)
         out[rows, : lp.shape[1]] = lp.float().cpu()
     return out
@@ -148,6 +149,7 @@ def policy_update(
     # when it computes old logprobs in a separate pass).
     single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
+    lengths = batch.attention_mask.sum(-1)
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -155,7 +157,8 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             num_tokens = float(batch.loss_mask[minibatch].sum())
             step_metrics: dict[str, float] = defaultdict(float)
-            for rows, counted in parallel.micro_batches(minibatch, cfg.train.micro_batch_size):
+            micro_batches = parallel.micro_batches(minibatch, cfg.train.micro_batch_size, lengths)
+            for rows, counted in micro_batches:
                 loss, metrics = micro_batch_loss(
                     model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn,
                     trainer_logprobs if counted else None,

@@ -145,17 +145,18 @@ def test_a_rank_share_can_be_empty_and_shares_cover_the_minibatch():
     assert shares == [[5], [2], [7], []]
 
 
-def test_sharded_ranks_pad_to_the_same_number_of_micro_batches():
+def test_micro_batches_take_the_longest_rows_first_and_sharded_ranks_pad_to_one_count():
     minibatch = torch.tensor([5, 2, 7, 1, 9])  # shares [5, 2, 7] and [1, 9]
+    lengths = torch.arange(10)  # row i is i tokens long
     plans = [
         [
             (rows.tolist(), counted)
-            for rows, counted in DataParallel(r, 2, sharded).micro_batches(minibatch, 2)
+            for rows, counted in DataParallel(r, 2, sharded).micro_batches(minibatch, 2, lengths)
         ]
         for sharded in (False, True)
         for r in range(2)
     ]
-    assert plans[0] == [([5, 2], True), ([7], True)]
-    assert plans[1] == [([1, 9], True)]  # replicated ranks need not match
+    assert plans[0] == [([7, 5], True), ([2], True)]
+    assert plans[1] == [([9, 1], True)]  # replicated ranks need not match
     assert plans[2] == plans[0]
-    assert plans[3] == [([1, 9], True), ([5], False)]
+    assert plans[3] == [([9, 1], True), ([5], False)]
