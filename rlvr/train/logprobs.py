@@ -1,10 +1,93 @@
-"""Teacher-forced per-token logprobs (and entropy) of a causal LM on a right-padded batch."""
+"""Teacher-forced per-token logprobs (and entropy) of a causal LM on a right-padded batch,
+computed in chunks so that no full-vocabulary float32 copy of the logits is ever kept."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
+
+CHUNK_ELEMENTS = 1 << 24  # logits entries upcast to float32 at a time (64 MB)
+
+
+def chunks(rows: int, positions: int, vocab: int) -> Iterator[tuple[slice, slice]]:
+    """(rows, positions) slices covering a [rows, positions, vocab] tensor, each about
+    CHUNK_ELEMENTS entries: whole rows when one fits, else pieces of one row."""
+    per_row = positions * vocab
+    if per_row <= CHUNK_ELEMENTS:
+        step = CHUNK_ELEMENTS // per_row
+        for start in range(0, rows, step):
+            yield slice(start, start + step), slice(None)
+        return
+    step = max(1, CHUNK_ELEMENTS // vocab)
+    for row in range(rows):
+        for start in range(0, positions, step):
+            yield slice(row, row + 1), slice(start, start + step)
+
+
+def compute_dtype(logits: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
+class ChosenLogprobs(torch.autograd.Function):
+    """log softmax(logits / temperature) at the chosen tokens, and the predictive entropy,
+    chunk by chunk. Backward recomputes each chunk's softmax from the logits (which the model
+    holds anyway) instead of keeping float32 probabilities of the whole batch."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature: float, with_entropy: bool):
+        # logits [B, T, V] in the model's dtype, targets [B, T] -> chosen [B, T], entropy [B, T]
+        # (zeros unless with_entropy), in float32 or the logits' wider dtype
+        chosen = torch.empty(targets.shape, dtype=compute_dtype(logits), device=logits.device)
+        entropy, normaliser = torch.zeros_like(chosen), torch.empty_like(chosen)
+        for rows, positions in chunks(*logits.shape):
+            logp = scaled(logits[rows, positions], chosen.dtype, temperature)
+            lse = torch.logsumexp(logp, -1)
+            logp -= lse[..., None]
+            chosen[rows, positions] = logp.gather(-1, targets[rows, positions, None]).squeeze(-1)
+            normaliser[rows, positions] = lse
+            if with_entropy:
+                entropy[rows, positions] = -torch.linalg.vecdot(logp.exp(), logp)
+        ctx.save_for_backward(logits, targets, normaliser, entropy)
+        ctx.temperature = temperature
+        ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
+        return chosen, entropy
+
+    @staticmethod
+    def backward(ctx, grad_chosen, grad_entropy):
+        logits, targets, normaliser, entropy = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for rows, positions in chunks(*logits.shape):
+            logp = scaled(logits[rows, positions], normaliser.dtype, ctx.temperature)
+            logp -= normaliser[rows, positions, None]
+            # d chosen / dx = onehot - p and d entropy / dx = -p (log p + H), so the gradient
+            # is -p * (g_chosen + g_entropy (log p + H)) plus g_chosen at the chosen token
+            p = logp.exp()
+            if grad_entropy is None:
+                coef = grad_chosen[rows, positions, None]
+            else:
+                coef = logp.add_(entropy[rows, positions, None])
+                coef *= grad_entropy[rows, positions, None]
+                if grad_chosen is not None:
+                    coef += grad_chosen[rows, positions, None]
+            g = p.mul_(coef).neg_()
+            if grad_chosen is not None:
+                g.scatter_add_(
+                    -1, targets[rows, positions, None], grad_chosen[rows, positions, None]
+                )
+            if ctx.temperature != 1.0:
+                g /= ctx.temperature
+            grad[rows, positions] = g
+        return grad, None, None, None
+
+
+def scaled(logits: torch.Tensor, dtype: torch.dtype, temperature: float) -> torch.Tensor:
+    """A fresh copy of a chunk of logits in `dtype`, divided by the temperature."""
+    x = logits.to(dtype, copy=True)
+    if temperature != 1.0:
+        x /= temperature
+    return x
 
 
 def token_logprobs(
@@ -19,13 +102,9 @@ def token_logprobs(
     and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus)."""
     device = model.device
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
-    logits = logits[:, :-1].float()
-    if temperature > 0:
-        logits = logits / temperature
-    logprobs = F.log_softmax(logits, dim=-1)
-    chosen = logprobs.gather(-1, input_ids[:, 1:, None].to(device)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = -(logprobs.exp() * logprobs).sum(-1)
-    return chosen, entropy
+    scale = temperature if temperature > 0 else 1.0
+    targets = input_ids[:, 1:].to(device)
+    chosen, entropy = ChosenLogprobs.apply(logits[:, :-1], targets, scale, with_entropy)
+    if not with_entropy:
+        return chosen, None
+    return chosen, entropy if entropy_grad else entropy.detach()

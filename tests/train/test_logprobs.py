@@ -1,0 +1,89 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlvr.train import logprobs
+from rlvr.train.logprobs import ChosenLogprobs, chunks, token_logprobs
+
+
+def reference(logits, targets, temperature):
+    """The plain formula: a full log-softmax of the scaled logits."""
+    logp = F.log_softmax(logits / temperature, -1)
+    return logp.gather(-1, targets[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("chunk_elements", [1 << 24, 200, 7], ids=["rows", "row-pieces", "tiny"])
+@pytest.mark.parametrize("used", ["both", "chosen", "entropy"])
+def test_logprobs_entropy_and_their_gradients_match_a_full_log_softmax(
+    monkeypatch, chunk_elements, used
+):
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 9, 50, generator=g, dtype=torch.float64) * 4
+    targets = torch.randint(0, 50, (3, 9), generator=g)
+    weights = torch.randn(2, 3, 9, generator=g, dtype=torch.float64)
+    weights[1 if used == "chosen" else 0] *= used == "both"  # a loss without that output
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    chosen, entropy = ChosenLogprobs.apply(ours, targets, 0.7, True)
+    want_chosen, want_entropy = reference(theirs, targets, 0.7)
+    torch.testing.assert_close(chosen, want_chosen, rtol=0, atol=1e-12)
+    torch.testing.assert_close(entropy, want_entropy, rtol=0, atol=1e-12)
+    loss = {"both": weights[0] * chosen + weights[1] * entropy, "chosen": weights[0] * chosen,
+            "entropy": weights[1] * entropy}[used]  # fmt: skip
+    loss.sum().backward()
+    (weights[0] * want_chosen + weights[1] * want_entropy).sum().backward()
+    assert theirs.grad.abs().max() > 0.1
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape", "budget"),
+    [((5, 7, 3), 1 << 24), ((5, 7, 3), 40), ((2, 9, 4), 4), ((3, 1, 8), 5), ((4, 3, 2), 12)],
+)
+def test_chunks_cover_every_position_once(monkeypatch, shape, budget):
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", budget)
+    seen = torch.zeros(shape[:2], dtype=torch.long)
+    for rows, positions in chunks(*shape):
+        seen[rows, positions] += 1
+    assert torch.equal(seen, torch.ones_like(seen))
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the tensors autograd keeps for backward while `fn` runs (its own, not its
+    inputs')."""
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def test_no_float32_copy_of_the_vocabulary_is_kept_for_backward():
+    """bf16 logits (what a bf16 model returns): the plain formula keeps float32 copies of the
+    whole [B, T, V] block for backward; the chunked one keeps the bf16 logits and [B, T]
+    statistics only."""
+    logits = torch.randn(2, 16, 1000, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, 1000, (2, 16))
+    block = logits.numel() * 4  # one float32 copy
+    ours = saved_bytes(lambda: ChosenLogprobs.apply(logits, targets, 1.0, True))
+    plain = saved_bytes(lambda: reference(logits.float(), targets, 1.0))
+    assert plain >= 2 * block
+    assert ours <= logits.numel() * 2 + 4 * 2 * 16 * 8  # the bf16 logits and small tensors
+
+
+def test_token_logprobs_of_a_model_match_the_plain_formula(tiny_model):
+    ids = torch.randint(7, 100, (2, 12))
+    chosen, entropy = token_logprobs(tiny_model, ids, torch.ones_like(ids), 0.8, with_entropy=True)
+    with torch.no_grad():
+        logits = tiny_model(input_ids=ids).logits[:, :-1]
+    want_chosen, want_entropy = reference(logits, ids[:, 1:], 0.8)
+    torch.testing.assert_close(chosen, want_chosen, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, want_entropy, rtol=0, atol=1e-5)
+    assert not entropy.requires_grad and chosen.requires_grad
+    _, none = token_logprobs(tiny_model, ids, torch.ones_like(ids))
+    assert none is None
