@@ -38,7 +38,7 @@ class DataParallel:
         A sharded model gathers its weights in every forward and scatters gradients in every
         backward, collectives that all ranks must join: a rank with fewer rows makes up the
         count with uncounted passes over one row, whose loss is multiplied by zero."""
-        own = list(by_length(self.share(minibatch), lengths).split(size))
+        own = [rows for rows in by_length(self.share(minibatch), lengths).split(size) if len(rows)]
         yield from ((rows, True) for rows in own)
         if self.sharded:
             largest = len(minibatch.tensor_split(self.world_size)[0])  # rank 0's share

@@ -160,3 +160,8 @@ def test_micro_batches_take_the_longest_rows_first_and_sharded_ranks_pad_to_one_
     assert plans[1] == [([9, 1], True)]  # replicated ranks need not match
     assert plans[2] == plans[0]
     assert plans[3] == [([9, 1], True), ([5], False)]
+    # one row for two ranks: rank 1's share is empty, so it has nothing, or one uncounted pass
+    alone = torch.tensor([3])
+    assert list(DataParallel(1, 2).micro_batches(alone, 2, lengths)) == []
+    ((rows, counted),) = DataParallel(1, 2, True).micro_batches(alone, 2, lengths)
+    assert rows.tolist() == [3] and not counted
