@@ -7,30 +7,15 @@ import torch
 from rlvr.config import load_config
 from rlvr.train.trainer import Trainer
 
-ray = pytest.importorskip("ray", reason="Ray is an extra: pip install -c constraints.txt '.[ray]'")
+# the same small run as the rollout tests, in one local Ray for the module
+from .test_ray_rollout import SMALL, ray_session  # noqa: F401
 
 TWO_RANKS = [
-    "distributed.backend=ray",
+    *SMALL,
     "distributed.trainer_ranks=2",
     "distributed.rollout_workers=1",
-    "task.digits=2",  # the e2e runs' warm start: right about half the time, so it learns
-    "model.pretrain_steps=400",
-    "rollout.batch_size=16",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=32",
-    "task.eval_size=4",
-    "train.eval_k=1",
-    "train.eval_every=0",
     "train.micro_batch_size=4",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    """One local Ray for the module (rlvr leaves a Ray it did not start running)."""
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
