@@ -12,6 +12,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -65,4 +66,4 @@ def load_full_state(
 
 def local_numel(module: torch.nn.Module) -> int:
     """Elements of the parameters this rank holds (its shards, for a sharded module)."""
-    return sum(getattr(p, "_local_tensor", p).numel() for p in module.parameters())
+    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
