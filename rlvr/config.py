@@ -289,6 +289,11 @@ class AlgoConfig(Section):
     loss_agg: str = Field(
         "token-mean", description="How per-token losses are reduced (`rlvr list aggregations`)."
     )
+    seq_mean_count_empty: bool = Field(
+        True,
+        description="seq-mean-* aggregations: divide by every row of the minibatch, fully masked "
+        "ones included (false: only rows with a policy token, as verl does).",
+    )
     normalize_std: bool = Field(
         True, description="GRPO: divide group-centred rewards by the group std (False = mean-only)."
     )
@@ -323,6 +328,12 @@ class AlgoConfig(Section):
         description="Weight of the KL penalty to the frozen reference; 0 loads no reference model.",
     )
     kl_estimator: str = Field("k3", description="KL estimator from `rlvr list kl`.")
+    kl_clamp: float | None = Field(
+        None,
+        gt=0,
+        description="k3 / k3+: clamp each token's k3 value at this (verl clamps at 10); None = no "
+        "clamp, so a token far below the reference can weigh e^|log ratio|.",
+    )
     kl_in_reward: bool = Field(
         False,
         description="Fold the KL penalty into the per-token reward (REINFORCE++/PPO style) instead of the loss.",
@@ -349,6 +360,48 @@ class AlgoConfig(Section):
     sapo_tau_neg: float = Field(
         1.05, gt=0, description="sapo: gate temperature for tokens with negative advantage."
     )
+    gmpo_clip: float = Field(
+        0.4, gt=0, description="gmpo: token log-ratios are clipped to [-gmpo_clip, gmpo_clip]."
+    )
+    dro_beta: float = Field(
+        0.1, gt=0, description="dro: weight of the (log pi - log pi_old)^2 / 2 penalty."
+    )
+    dppo_tv_delta: float = Field(
+        0.15,
+        gt=0,
+        description="dppo_tv: tokens whose probability moved more than this (in the advantage's "
+        "direction) get no gradient.",
+    )
+    dppo_kl_delta: float = Field(
+        0.05,
+        gt=0,
+        description="dppo_kl: tokens whose Bernoulli KL to the old probability exceeds this (in "
+        "the advantage's direction) get no gradient.",
+    )
+    dppo_ratio_cap: float = Field(
+        20.0, gt=0, description="dppo_tv / dppo_kl: the stop-gradient ratio weight is at most this."
+    )
+    kl_cov_ratio: float = Field(
+        0.002,
+        gt=0,
+        le=1,
+        description="kl_cov: share of policy tokens (largest covariance of A and log pi) penalised.",
+    )
+    kl_cov_coef: float = Field(
+        1.0, ge=0, description="kl_cov: weight of the |log pi - log pi_old| penalty."
+    )
+    clip_cov_ratio: float = Field(
+        0.0002,
+        gt=0,
+        le=1,
+        description="clip_cov: share of policy tokens whose gradient is dropped.",
+    )
+    clip_cov_lb: float = Field(
+        1.0, description="clip_cov: only tokens with covariance above this are dropped."
+    )
+    clip_cov_ub: float = Field(
+        5.0, description="clip_cov: only tokens with covariance below this are dropped."
+    )
     gamma: float = Field(1.0, ge=0, le=1, description="gae / reinforce_pp: discount per token.")
     lam: float = Field(
         1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
@@ -361,6 +414,16 @@ class AlgoConfig(Section):
     )
     lam_alpha: float = Field(
         1.5, gt=0, description="gae, lam_mode=length_adaptive: the alpha of 1 - 1/(alpha * len)."
+    )
+    whiten_advantages: bool = Field(
+        False,
+        description="gae: whiten the advantages over the batch's policy tokens, as verl and "
+        "TRL's PPO do (the critic's targets stay raw); false keeps them raw.",
+    )
+    remax_reward_to_go: bool = Field(
+        False,
+        description="remax: each token gets its reward to go minus the baseline (verl) instead "
+        "of the whole sequence's reward (the paper); differs only with per-token rewards.",
     )
     baseline_decay: float = Field(
         0.9,
@@ -401,6 +464,11 @@ class AlgoConfig(Section):
         0.2,
         gt=0,
         description="gae: the critic's new values stay within this of the old ones in its loss.",
+    )
+    value_loss_agg: str = Field(
+        "token-mean",
+        description="gae: how the critic's per-token value loss is reduced (`rlvr list "
+        "aggregations`); 'loss_agg' = the same as algo.loss_agg.",
     )
     critic_warmup_steps: int = Field(
         0, ge=0, description="gae: RL steps at the start that fit only the critic, not the policy."

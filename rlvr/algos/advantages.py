@@ -14,6 +14,7 @@ import torch
 from rlvr.config import AlgoConfig
 
 EPS = 1e-6  # added to every std we divide by, so all-equal groups give 0, not 0/0
+OTB_EPS = 1e-8  # added to otb's sum of weights, as in the paper's code
 
 
 @dataclass
@@ -31,6 +32,12 @@ class AdvInputs:
     segment_advantages: torch.Tensor | None = None  # [B, T]
     segment_weights: torch.Tensor | None = None  # [B, T]
     reward_mean: torch.Tensor | None = None  # [] mean reward of earlier steps (running_mean)
+    # otb: the pre-update policy's logprobs of the sampled tokens and sum_v pi_v^2 of each
+    # position's predictive distribution, from one forward pass
+    old_logprobs: torch.Tensor | None = None  # [B, T]
+    sum_pi_squared: torch.Tensor | None = None  # [B, T]
+    reward_components: torch.Tensor | None = None  # [B, K] each named reward's own value (gdpo)
+    reward_weights: torch.Tensor | None = None  # [K] their weights; None = all 1
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -57,6 +64,13 @@ def token_rewards_or_outcome(inputs: AdvInputs) -> torch.Tensor:
     out = torch.zeros(mask.shape, dtype=inputs.rewards.dtype, device=mask.device)
     out[rows, last[rows]] = inputs.rewards[rows]
     return out
+
+
+def _reward_to_go(inputs: AdvInputs) -> torch.Tensor:
+    """float64 [B, T]: the sum of the policy tokens' rewards from each token on (undiscounted)."""
+    mask = inputs.loss_mask.bool()
+    rewards = torch.where(mask, token_rewards_or_outcome(inputs).double(), 0.0)
+    return rewards.flip(-1).cumsum(-1).flip(-1)
 
 
 def _broadcast(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -136,6 +150,37 @@ def rloo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _broadcast(n / (n - 1).clamp(min=1) * (rewards - mean), inputs.loss_mask)
 
 
+def gpg(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """GPG (arXiv:2504.02546): alpha (r - group mean), alpha = batch size / non-zero rewards.
+
+    The fewer samples score, the larger alpha: a batch of rare successes still pushes at full
+    strength."""
+    rewards = inputs.rewards.double()
+    mean, _ = group_stats(rewards, inputs.group_ids)
+    alpha = len(rewards) / max(int((rewards != 0).sum()), 1)
+    return _broadcast(alpha * (rewards - mean), inputs.loss_mask)
+
+
+def gdpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """GDPO (arXiv:2601.05242): each reward component group-normalised, weighted, summed, whitened.
+
+    Each of reward_components is normalised within its group on its own (like grpo), so a weak
+    component is not drowned by a strong one as in a weighted-sum grpo; the sum weighted by
+    reward_weights is then whitened over the batch's policy tokens. Without components the
+    reward is the one component. A KL folded into the reward and the overlong penalty are not
+    components.
+    """
+    components = inputs.reward_components
+    components = (inputs.rewards[:, None] if components is None else components).double()  # [B, K]
+    weights = inputs.reward_weights
+    weights = [1.0] * components.shape[1] if weights is None else weights.tolist()
+    total = sum(
+        w * _group_normalised(components[:, k], inputs.group_ids, algo.normalize_std)
+        for k, w in enumerate(weights)
+    )
+    return _whiten(total[:, None].expand(inputs.loss_mask.shape), inputs.loss_mask).float()
+
+
 def reinforce_pp(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     """REINFORCE++: gamma-discounted return to go per policy token, whitened over the batch."""
     mask = inputs.loss_mask.bool()
@@ -161,10 +206,15 @@ def reinforce_pp_baseline(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
 
 
 def remax(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
-    """ReMax: reward minus the reward of a greedy rollout of the same prompt."""
+    """ReMax: reward minus the reward of a greedy rollout of the same prompt.
+
+    With algo.remax_reward_to_go each token gets its reward to go minus it (verl's form)."""
     source = "the runner fills with a greedy rollout per prompt when algo.advantage='remax'"
-    baseline = _require(inputs, "baseline_rewards", "remax", source)
-    return _broadcast(inputs.rewards.double() - baseline.double(), inputs.loss_mask)
+    baseline = _require(inputs, "baseline_rewards", "remax", source).double()
+    if not algo.remax_reward_to_go:
+        return _broadcast(inputs.rewards.double() - baseline, inputs.loss_mask)
+    adv = _reward_to_go(inputs) - baseline[:, None]
+    return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
 def opo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -230,8 +280,10 @@ def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torc
 
 def gae(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     """GAE from critic values: A_t = delta_t + gamma lam A_t+1, delta_t = r_t + gamma V_t+1 - V_t;
-    lam per row from policy_lambda, observation tokens skipped."""
-    return _gae(inputs, algo, policy_lambda(inputs, algo)).float()
+    lam per row from policy_lambda, observation tokens skipped; whitened over the batch when
+    algo.whiten_advantages."""
+    adv = _gae(inputs, algo, policy_lambda(inputs, algo))
+    return (_whiten(adv, inputs.loss_mask) if algo.whiten_advantages else adv).float()
 
 
 def running_mean(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -304,6 +356,26 @@ def passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _broadcast(adv, inputs.loss_mask)
 
 
+def max_passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Pass@k training, max form (arXiv:2503.19595): only each group's best gets r_max - r_second.
+
+    Divided by the group std when normalize_std (as verl's grpo_passk); every other sample gets
+    0, a tie for the best gives 0, and of tied rows the first is the best.
+    """
+    rewards = inputs.rewards.double()
+    _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    rows = torch.arange(len(rewards), device=rewards.device)
+    top = rewards.new_full((len(counts),), -torch.inf).scatter_reduce(0, index, rewards, "amax")
+    tops = rewards == top[index]
+    first = torch.full_like(counts, len(rewards)).scatter_reduce(0, index[tops], rows[tops], "amin")
+    best = rows == first[index]
+    second = top.scatter_reduce(0, index[~best], rewards[~best], "amax", include_self=False)
+    gap = (top - second)[index]  # a group of one keeps second = top: gap 0
+    if algo.normalize_std:
+        gap = gap / (group_stats(rewards, inputs.group_ids)[1] + EPS)
+    return _broadcast(torch.where(best, gap, 0.0), inputs.loss_mask)
+
+
 def tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     """Tree rollouts (TreeRL-style): each token gets its segment's node value minus its parent's.
 
@@ -325,7 +397,56 @@ def tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
-for _fn in (grpo, mt_grpo, dr_grpo, rloo, reinforce_pp_baseline, opo, tree):
+def _otb(inputs: AdvInputs, steps: torch.Tensor, estimator: str) -> torch.Tensor:
+    """OTB advantages G_t - B_t, with B_t = sum_i G_t W_t / sum_i W_t over the group's samples
+    that have a policy token at step `steps` [B, T] (long; read on policy tokens only)."""
+    source = "the trainer fills from its old-logprob pass when the estimator requires them"
+    logprobs = _require(inputs, "old_logprobs", estimator, source).double()
+    squares = _require(inputs, "sum_pi_squared", estimator, source).double()
+    mask = inputs.loss_mask.bool()
+    returns = _reward_to_go(inputs)  # G_t
+    # |onehot(y_t) - pi_t|^2 = 1 - 2 pi(y_t) + sum_v pi_v^2: the squared norm of the gradient of
+    # log pi(y_t) in the logits, the paper's forward-only proxy of a token's gradient energy
+    energy = torch.where(mask, 1 - 2 * logprobs.exp() + squares, 0.0).cumsum(-1)  # W_t
+    _, group, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    width = mask.shape[1]
+    cells = (group[:, None] * width + steps)[mask]  # each policy token's (group, step)
+
+    def per_cell(values: torch.Tensor) -> torch.Tensor:
+        return values.new_zeros(len(counts) * width).index_add_(0, cells, values[mask])
+
+    weighted, total = per_cell(returns * energy), per_cell(energy)
+    shared = per_cell(torch.ones_like(energy)) > 1
+    # where no other sample reaches that step, its own return would cancel itself: baseline 0
+    # (the paper's handle_zero_tail, for the tail of a group's longest sample)
+    baseline = torch.where(shared, weighted / (total + OTB_EPS), 0.0)[cells]
+    adv = torch.zeros_like(returns)
+    adv[mask] = returns[mask] - baseline
+    return adv.float()
+
+
+def otb(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """OTB (arXiv:2602.07078): reward to go minus a per-step group baseline weighted by W_t.
+
+    Optimal token baseline: B_t is the group's G_t weighted by W_t = cumsum(1 - 2 pi_t +
+    sum_v pi_v^2); steps count from each sample's first policy token, observation tokens
+    included."""
+    mask = inputs.loss_mask.bool()
+    first = mask.int().argmax(dim=1, keepdim=True)  # [B, 1]
+    steps = torch.arange(mask.shape[1], device=mask.device) - first
+    return _otb(inputs, steps.clamp(min=0), "otb")
+
+
+def mt_otb(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Multi-turn OTB (verl's tir_optimal_token_baseline): otb whose steps skip observations.
+
+    Steps count policy tokens only, so the k-th generated token of every sample of a group
+    shares a baseline wherever observations put it."""
+    return _otb(inputs, inputs.loss_mask.bool().long().cumsum(-1) - 1, "mt_otb")
+
+
+for _fn in (grpo, mt_grpo, dr_grpo, rloo, gpg, gdpo, reinforce_pp_baseline, opo, max_passk, tree,
+            otb, mt_otb):  # fmt: skip
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
 passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
@@ -334,12 +455,15 @@ running_mean.requires = ("reward_mean",)
 remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
+otb.requires = mt_otb.requires = ("old_logprobs", "sum_pi_squared")
 
 ADVANTAGES: dict[str, AdvantageFn] = {
     "grpo": grpo,
     "mt_grpo": mt_grpo,
     "dr_grpo": dr_grpo,
     "rloo": rloo,
+    "gpg": gpg,
+    "gdpo": gdpo,
     "reinforce_pp": reinforce_pp,
     "reinforce_pp_baseline": reinforce_pp_baseline,
     "remax": remax,
@@ -347,5 +471,8 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "gae": gae,
     "running_mean": running_mean,
     "passk": passk,
+    "max_passk": max_passk,
     "tree": tree,
+    "otb": otb,
+    "mt_otb": mt_otb,
 }

@@ -25,7 +25,7 @@ class LossInputs:
     # Normalisers of the whole minibatch, not of this micro-batch: with them the sum of
     # micro-batch losses equals the minibatch loss, so accumulation never changes the update.
     num_tokens: float
-    num_seqs: int
+    num_seqs: int  # rows the seq-mean aggregations divide by (algo.seq_mean_count_empty)
     norm_constant: float = 1.0  # seq-mean-token-sum-norm's divisor (Dr. GRPO: the token budget)
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's sampling logprobs (dis)
 
@@ -36,30 +36,52 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)  # additive across micro-batches
 
 
+@dataclass
+class Normalisers:
+    """What an aggregation reads besides the per-token values (the critic's value loss has no
+    logprobs; LossInputs carries the same fields)."""
+
+    loss_mask: torch.Tensor  # [B, T]
+    num_tokens: float
+    num_seqs: int
+    norm_constant: float = 1.0
+
+
 # ---- aggregations: fn(per-token values [B, T], inputs) -> scalar ----
 
 
-def _row_sums(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
-    return (values * inputs.loss_mask).sum(-1)  # [B]
+def _masked(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
+    """values on policy tokens, 0 elsewhere: a NaN or inf at padding never reaches a sum (or,
+    by `where`'s zero gradient there, the gradient), as it would through `values * mask`."""
+    return torch.where(inputs.loss_mask.bool(), values, 0.0)
 
 
-def token_mean(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+def _row_sums(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
+    return _masked(values, inputs).sum(-1)  # [B]
+
+
+def token_mean(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
     """Every policy token of the minibatch weighs the same (DAPO's token-level loss)."""
-    return (values * inputs.loss_mask).sum() / max(inputs.num_tokens, 1.0)
+    return _masked(values, inputs).sum() / max(inputs.num_tokens, 1.0)
 
 
-def seq_mean_token_sum(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+def token_sum(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
+    """Sum over every policy token of the minibatch, no normaliser (verl's token-sum)."""
+    return _masked(values, inputs).sum()
+
+
+def seq_mean_token_sum(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
     """Sum over each sequence's tokens, mean over sequences (long responses weigh more)."""
     return _row_sums(values, inputs).sum() / max(inputs.num_seqs, 1)
 
 
-def seq_mean_token_mean(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+def seq_mean_token_mean(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
     """Mean over each sequence's own tokens, then over sequences (original GRPO; GSPO's choice)."""
     lengths = inputs.loss_mask.sum(-1).clamp(min=1.0)  # an empty row sums to 0 and adds 0
     return (_row_sums(values, inputs) / lengths).sum() / max(inputs.num_seqs, 1)
 
 
-def seq_mean_token_sum_norm(values: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+def seq_mean_token_sum_norm(values: torch.Tensor, inputs: LossInputs | Normalisers) -> torch.Tensor:
     """Each sequence's token sum / norm_constant, mean over sequences (Dr. GRPO's constant)."""
     return _row_sums(values, inputs).sum() / inputs.norm_constant / max(inputs.num_seqs, 1)
 
@@ -71,14 +93,19 @@ def _aggregate(per_token: torch.Tensor, inputs: LossInputs, algo: AlgoConfig) ->
     return AGGREGATIONS[algo.loss_agg](per_token, inputs)
 
 
+def _policy_logprobs(inputs: LossInputs) -> torch.Tensor:
+    """log pi on policy tokens, 0 at padding: a NaN there gets neither a value nor a gradient."""
+    return _masked(inputs.logprobs, inputs)
+
+
 def _log_ratio(inputs: LossInputs) -> torch.Tensor:
-    """log(pi / pi_old) per token, clamped so that exp() never overflows."""
-    return (inputs.logprobs - inputs.old_logprobs).clamp(-20, 20)
+    """log(pi / pi_old) per policy token (0 at padding), clamped so that exp() never overflows."""
+    return _masked(inputs.logprobs - inputs.old_logprobs, inputs).clamp(-20, 20)
 
 
 def _token_avg(values: torch.Tensor, inputs: LossInputs) -> float:
     """Metric: sum over this micro-batch's policy tokens / the minibatch's token count."""
-    summed = (values.detach().to(inputs.loss_mask.dtype) * inputs.loss_mask).sum()
+    summed = _masked(values.detach().to(inputs.loss_mask.dtype), inputs).sum()
     return float(summed / max(inputs.num_tokens, 1.0))
 
 
@@ -91,14 +118,31 @@ def _clipped_surrogate(
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
+def _ratio_metrics(
+    log_ratio: torch.Tensor, clipped: torch.Tensor, lower: torch.Tensor, inputs: LossInputs
+) -> dict[str, float]:
+    """clip_frac (any clip binds), clip_frac_lower (the lower one, on A < 0) and ppo_kl."""
+    return {
+        "clip_frac": _token_avg(clipped, inputs),
+        "clip_frac_lower": _token_avg(lower, inputs),
+        "ppo_kl": _token_avg(-log_ratio, inputs),
+    }
+
+
+def _below(ratio: torch.Tensor, inputs: LossInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Negative-advantage tokens whose ratio is under 1 - clip_low (where PPO's lower clip binds)."""
+    return (inputs.advantages < 0) & (ratio < 1 - algo.clip_low)
+
+
 # ---- losses: fn(inputs, algo) -> LossOutput ----
 
 
 def ppo_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     """PPO clipped surrogate with separate clip_low / clip_high (clip-higher when high > low)."""
     log_ratio = _log_ratio(inputs)
-    per_token, clipped = _clipped_surrogate(log_ratio.exp(), inputs.advantages, algo)
-    metrics = {"clip_frac": _token_avg(clipped, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
+    ratio = log_ratio.exp()
+    per_token, clipped = _clipped_surrogate(ratio, inputs.advantages, algo)
+    metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
@@ -107,20 +151,18 @@ def dual_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
 
     With A < 0 the clipped surrogate -A r grows without bound in r, so one token whose
     probability rose a lot (stale data) can dominate a step; the cap makes its gradient zero.
+    `dual_clip_frac` is the share of tokens so capped (verl's pg_clipfrac_lower).
     Reference: "Mastering Complex Control in MOBA Games with Deep RL" (arXiv:1912.09729);
     verl's compute_policy_loss_vanilla (clip_ratio_c).
     """
     log_ratio = _log_ratio(inputs)
-    adv = inputs.advantages
-    per_token, clipped = _clipped_surrogate(log_ratio.exp(), adv, algo)
+    ratio, adv = log_ratio.exp(), inputs.advantages
+    per_token, clipped = _clipped_surrogate(ratio, adv, algo)
     cap = -adv * algo.dual_clip_c
-    lower = (adv < 0) & (per_token > cap)
-    metrics = {
-        "clip_frac": _token_avg(clipped, inputs),
-        "clip_frac_lower": _token_avg(lower, inputs),
-        "ppo_kl": _token_avg(-log_ratio, inputs),
-    }
-    return LossOutput(_aggregate(torch.where(lower, cap, per_token), inputs, algo), metrics)
+    capped = (adv < 0) & (per_token > cap)
+    metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
+    metrics["dual_clip_frac"] = _token_avg(capped, inputs)
+    return LossOutput(_aggregate(torch.where(capped, cap, per_token), inputs, algo), metrics)
 
 
 def gspo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
@@ -132,14 +174,36 @@ def gspo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     Sequence ratios sit near 1, so clip_low / clip_high are set small (the paper: 3e-4 / 4e-4).
     The paper (and verl's compute_policy_loss_gspo) reduce with seq-mean-token-mean.
     """
-    mask = inputs.loss_mask
-    log_ratio = _log_ratio(inputs)
-    seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B], log s_i
-    lp = inputs.logprobs
+    log_ratio = _log_ratio(inputs)  # 0 at padding, so a row sum is over policy tokens
+    seq_log_ratio = log_ratio.sum(-1) / inputs.loss_mask.sum(-1).clamp(min=1.0)  # [B], log s_i
+    lp = _policy_logprobs(inputs)
     token_log_ratio = (lp - lp.detach()) + seq_log_ratio.detach().unsqueeze(-1)
-    per_token, clipped = _clipped_surrogate(token_log_ratio.exp(), inputs.advantages, algo)
-    metrics = {"clip_frac": _token_avg(clipped, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
+    ratio = token_log_ratio.exp()
+    per_token, clipped = _clipped_surrogate(ratio, inputs.advantages, algo)
+    metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
+
+
+def gmpo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """GMPO: -A times the geometric mean of the sequence's clipped token ratios (arXiv:2507.20673).
+
+    s_i = exp(mean_t c_t), c_t = log r_t clipped to [-gmpo_clip, gmpo_clip] on the pessimistic
+    side only (PPO's min, taken per token in log space: above for A > 0, below for A < 0). Each
+    token's term is -A_t s_i, which every aggregation sums per row like -mean_t(A_t) s_i (verl's
+    geo_mean), and s_i's gradient spreads over all tokens of the sequence. The paper and verl
+    take the plain mean over sequences: pair with seq-mean-token-mean (the paper's clip: 0.4).
+    """
+    log_ratio = _log_ratio(inputs)
+    adv = _masked(inputs.advantages, inputs)  # s_i mixes the row's tokens: no NaN may enter
+    sign = adv.sign()
+    clipped = log_ratio.clamp(-algo.gmpo_clip, algo.gmpo_clip)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)  # [B, T]
+    lengths = inputs.loss_mask.sum(-1).clamp(min=1.0)
+    seq_ratio = (_masked(pessimistic, inputs).sum(-1) / lengths).exp()  # [B], s_i
+    lower = (adv < 0) & (log_ratio < -algo.gmpo_clip)
+    binds = lower | ((adv > 0) & (log_ratio > algo.gmpo_clip))
+    metrics = _ratio_metrics(log_ratio, binds, lower, inputs)
+    return LossOutput(_aggregate(-adv * seq_ratio[:, None], inputs, algo), metrics)
 
 
 def cispo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
@@ -152,11 +216,8 @@ def cispo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     log_ratio = _log_ratio(inputs)
     ratio = log_ratio.exp().detach()
     weight = ratio.clamp(1 - algo.clip_low, 1 + algo.clip_high)
-    per_token = -weight * inputs.advantages * inputs.logprobs
-    metrics = {
-        "clip_frac": _token_avg(weight != ratio, inputs),
-        "ppo_kl": _token_avg(-log_ratio, inputs),
-    }
+    per_token = -weight * inputs.advantages * _policy_logprobs(inputs)
+    metrics = _ratio_metrics(log_ratio, weight != ratio, _below(ratio, inputs, algo), inputs)
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
@@ -183,30 +244,156 @@ def dis(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
 
     Direct double-sided importance sampling: the ratio is to the engine's own sampling logprobs,
     with no recomputed pi_old. A token whose ratio leaves the band gets no gradient, but stays in
-    the aggregation's denominator. `mask_frac` is the share of policy tokens so dropped.
+    the aggregation's denominator. `mask_frac` is the share of policy tokens so dropped,
+    `clip_frac_lower` those with A < 0 below the band; `ppo_kl` is to the behaviour policy.
     """
     if inputs.behaviour_logprobs is None:
         raise ValueError(
             "loss 'dis' needs LossInputs.behaviour_logprobs (the engine's sampling logprobs), "
             "which the update fills from batch.behaviour_logprobs; got None."
         )
-    log_ratio = (inputs.logprobs - inputs.behaviour_logprobs).clamp(-20, 20).detach()
-    ratio = log_ratio.exp()
-    inside = (ratio > 1 - algo.dis_clip_low) & (ratio < 1 + algo.dis_clip_high)
+    log_ratio = _masked(inputs.logprobs - inputs.behaviour_logprobs, inputs).clamp(-20, 20)
+    ratio = log_ratio.detach().exp()
+    low = ratio <= 1 - algo.dis_clip_low
+    inside = ~low & (ratio < 1 + algo.dis_clip_high)
     weight = torch.where(inside, ratio, 0.0) * inputs.advantages
-    metrics = {"mask_frac": _token_avg(~inside, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
-    return LossOutput(_aggregate(-weight * inputs.logprobs, inputs, algo), metrics)
+    metrics = {
+        "mask_frac": _token_avg(~inside, inputs),
+        "clip_frac_lower": _token_avg(low & (inputs.advantages < 0), inputs),
+        "ppo_kl": _token_avg(-log_ratio, inputs),
+    }
+    return LossOutput(_aggregate(-weight * _policy_logprobs(inputs), inputs, algo), metrics)
+
+
+def dro(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """DRO: -(A log pi - dro_beta / 2 (log pi - log pi_old)^2), a proximal penalty, no clip.
+
+    As verl's dro loss; the penalty's log-ratio is not clamped (it is squared, not exponentiated).
+    """
+    delta = _masked(inputs.logprobs - inputs.old_logprobs, inputs)  # unclamped: it is squared
+    per_token = -(inputs.advantages * _policy_logprobs(inputs) - algo.dro_beta / 2 * delta**2)
+    return LossOutput(
+        _aggregate(per_token, inputs, algo), {"ppo_kl": _token_avg(-_log_ratio(inputs), inputs)}
+    )
+
+
+def _dppo(inputs: LossInputs, algo: AlgoConfig, inside: torch.Tensor) -> LossOutput:
+    """-A sg(min(r, dppo_ratio_cap)) log pi on the tokens `inside` the trust region, 0 elsewhere.
+    Dropped tokens stay in the denominator; `clip_frac` is their share, `clip_frac_lower` that of
+    those with A < 0 (their probability fell too far)."""
+    log_ratio = _log_ratio(inputs)
+    weight = torch.where(inside, log_ratio.detach().exp().clamp(max=algo.dppo_ratio_cap), 0.0)
+    per_token = -inputs.advantages * weight * _policy_logprobs(inputs)
+    lower = ~inside & (inputs.advantages < 0)
+    return LossOutput(
+        _aggregate(per_token, inputs, algo), _ratio_metrics(log_ratio, ~inside, lower, inputs)
+    )
+
+
+def _old_and_new(inputs: LossInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi_old and log pi of the sampled tokens, without grad (0 at padding)."""
+    return _masked(inputs.old_logprobs, inputs), _policy_logprobs(inputs).detach()
+
+
+def dppo_tv(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """DPPO-Binary-TV (arXiv:2602.04879): policy gradient inside a |pi - pi_old| trust region.
+
+    A token's gradient is dropped where pi - pi_old moved past dppo_tv_delta in the direction
+    its advantage pushes (a total-variation region, not a ratio)."""
+    p_old, p = (x.exp() for x in _old_and_new(inputs))
+    inside = torch.where(
+        inputs.advantages > 0, p - p_old <= algo.dppo_tv_delta, p - p_old >= -algo.dppo_tv_delta
+    )
+    return _dppo(inputs, algo, inside)
+
+
+def dppo_kl(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """DPPO-Binary-KL (arXiv:2602.04879): policy gradient inside a Bernoulli-KL trust region.
+
+    A token's gradient is dropped where p_old log(p_old/p) + (1-p_old) log((1-p_old)/(1-p))
+    passes dppo_kl_delta while p moves in the direction its advantage pushes."""
+    log_old, log_new = _old_and_new(inputs)
+    p_old, p = log_old.exp(), log_new.exp()
+    eps = 1e-8  # 1 - p is 0 for a certain token; the paper's code adds the same
+    binary_kl = p_old * (log_old - log_new) + (1 - p_old) * torch.log(
+        (1 - p_old + eps) / (1 - p + eps)
+    )
+    near = binary_kl <= algo.dppo_kl_delta
+    inside = torch.where(inputs.advantages > 0, near | (p <= p_old), near | (p >= p_old))
+    return _dppo(inputs, algo, inside)
+
+
+def _covariance(inputs: LossInputs) -> torch.Tensor:
+    """(A - mean A)(log pi - mean log pi) per policy token [B, T], without grad, the means over
+    this micro-batch's policy tokens; -inf off the mask, so no ranking ever picks padding."""
+    mask = inputs.loss_mask.bool()
+    count = mask.sum().clamp(min=1)
+    adv, lp = _masked(inputs.advantages, inputs), _policy_logprobs(inputs).detach()
+    cov = (adv - adv.sum() / count) * (lp - lp.sum() / count)
+    return torch.where(mask, cov, -torch.inf)
+
+
+def kl_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """KL-Cov (arXiv:2505.22617): -A r plus a |log r| penalty on the top-covariance tokens.
+
+    The penalty, kl_cov_coef |log r|, is on the kl_cov_ratio share of policy tokens (at least
+    one) with the largest covariance of A and log pi. As in the paper's code, tokens are ranked
+    within each micro-batch, so unlike the other losses this one depends on
+    train.micro_batch_size. `cov_frac` is the penalised share.
+    """
+    log_ratio = _log_ratio(inputs)
+    cov = _covariance(inputs)
+    count = int(inputs.loss_mask.bool().sum())
+    chosen = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    if count:
+        chosen[cov.flatten().topk(max(1, int(count * algo.kl_cov_ratio))).indices] = True
+    chosen = chosen.view(cov.shape)
+    penalty = torch.where(chosen, algo.kl_cov_coef * log_ratio.abs(), 0.0)
+    per_token = -inputs.advantages * log_ratio.exp() + penalty
+    metrics = {"cov_frac": _token_avg(chosen, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
+    return LossOutput(_aggregate(per_token, inputs, algo), metrics)
+
+
+def clip_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """Clip-Cov (arXiv:2505.22617): PPO clip, with no gradient for a few high-covariance tokens.
+
+    clip_cov_ratio of the policy tokens (at least one) are drawn at random among those not
+    clipped whose covariance of A and log pi lies in (clip_cov_lb, clip_cov_ub).
+
+    As in the paper's code, the covariance is taken within each micro-batch (this loss depends
+    on train.micro_batch_size), the draw uses torch's global generator, and a dropped token's
+    loss is 0 but it stays in the denominator; `cov_frac` is the dropped share.
+    """
+    log_ratio = _log_ratio(inputs)
+    ratio = log_ratio.exp()
+    per_token, clipped = _clipped_surrogate(ratio, inputs.advantages, algo)
+    cov = _covariance(inputs)
+    eligible = (cov > algo.clip_cov_lb) & (cov < algo.clip_cov_ub) & ~clipped
+    candidates = torch.nonzero(eligible.flatten()).squeeze(1)
+    count = int(inputs.loss_mask.bool().sum())
+    dropped = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    if len(candidates):
+        take = max(1, int(count * algo.clip_cov_ratio))
+        dropped[candidates[torch.randperm(len(candidates), device=cov.device)[:take]]] = True
+    dropped = dropped.view(cov.shape)
+    metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
+    metrics["cov_frac"] = _token_avg(dropped, inputs)
+    return LossOutput(_aggregate(torch.where(dropped, 0.0, per_token), inputs, algo), metrics)
 
 
 def reinforce(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     """Plain on-policy policy gradient, -A * log pi (ignores old logprobs; no clipping)."""
-    return LossOutput(_aggregate(-inputs.advantages * inputs.logprobs, inputs, algo))
+    per_token = -inputs.advantages * _policy_logprobs(inputs)
+    return LossOutput(
+        _aggregate(per_token, inputs, algo), {"ppo_kl": _token_avg(-_log_ratio(inputs), inputs)}
+    )
 
 
 # fn(per-token values [B, T], inputs) -> scalar; masks and normalisers come from the inputs
-AggregateFn = Callable[[torch.Tensor, LossInputs], torch.Tensor]
+AggregateFn = Callable[[torch.Tensor, LossInputs | Normalisers], torch.Tensor]
 AGGREGATIONS: dict[str, AggregateFn] = {
     "token-mean": token_mean,
+    "token-sum": token_sum,
     "seq-mean-token-sum": seq_mean_token_sum,
     "seq-mean-token-mean": seq_mean_token_mean,
     "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
@@ -217,8 +404,14 @@ LOSSES: dict[str, LossFn] = {
     "ppo_clip": ppo_clip,
     "dual_clip": dual_clip,
     "gspo": gspo,
+    "gmpo": gmpo,
     "cispo": cispo,
     "sapo": sapo,
     "dis": dis,
+    "dro": dro,
+    "dppo_tv": dppo_tv,
+    "dppo_kl": dppo_kl,
+    "kl_cov": kl_cov,
+    "clip_cov": clip_cov,
     "reinforce": reinforce,
 }

@@ -8,9 +8,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from rlvr.algos.losses import AGGREGATIONS, Normalisers
 from rlvr.config import Config, ConfigError
 from rlvr.models.lora import is_lora, trainable_state_dict, unwrapped
-from rlvr.train.update import trim
+from rlvr.registry import lookup
+from rlvr.train.update import normalisers, trim
 from rlvr.types import Batch
 
 
@@ -36,10 +38,12 @@ class ValueModel(nn.Module):
 
 def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip: float
-) -> torch.Tensor:
-    """Per-token 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-clip) - R)^2), as in PPO2."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-clip) - R)^2), as in PPO2, and
+    where the clipped term is the larger (verl's vf_clipfrac)."""
     clipped = old_values + (values - old_values).clamp(-clip, clip)
-    return 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    unclipped_loss, clipped_loss = (values - returns) ** 2, (clipped - returns) ** 2
+    return 0.5 * torch.maximum(unclipped_loss, clipped_loss), clipped_loss > unclipped_loss
 
 
 def freeze(model: nn.Module, patterns: list[str]) -> None:
@@ -63,6 +67,8 @@ class Critic:
 
     def __init__(self, policy: PreTrainedModel, cfg: Config):
         self.cfg = cfg
+        key = "loss_agg" if cfg.algo.value_loss_agg == "loss_agg" else "value_loss_agg"
+        self.aggregate = lookup(AGGREGATIONS, getattr(cfg.algo, key), f"algo.{key}")
         self.lora = is_lora(policy)  # then its frozen body is rebuilt from the policy, not saved
         self.model = ValueModel(policy)
         freeze(self.model, cfg.algo.critic_freeze)
@@ -89,38 +95,42 @@ class Critic:
         generator: torch.Generator,
     ) -> dict[str, float]:
         """Fit the values to the returns: algo.critic_updates passes (SAO's two-timescale critic)
-        of algo.ppo_epochs x algo.minibatches optimizer steps each."""
+        of algo.ppo_epochs x algo.minibatches optimizer steps each, the per-token loss reduced
+        by algo.value_loss_agg with the minibatch's normalisers (as the policy's)."""
         algo, train = self.cfg.algo, self.cfg.train
-        total, steps = 0.0, 0
+        sums, steps = {"critic/value_loss": 0.0, "critic/vf_clip_frac": 0.0}, 0
+        norm_constant = float(algo.loss_norm_tokens or self.cfg.rollout.max_new_tokens)
         self.model.train()
         for _ in range(algo.critic_updates * algo.ppo_epochs):
             for minibatch in torch.randperm(len(batch), generator=generator).chunk(
                 algo.minibatches
             ):
                 self.optimizer.zero_grad(set_to_none=True)
-                num_tokens = float(batch.loss_mask[minibatch].sum().clamp(min=1))
+                num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
                 for rows in minibatch.split(train.micro_batch_size):
                     width = trim(rows, batch.attention_mask)
                     values = self.model(
                         batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
                     )
                     device = values.device
-                    per_token = clipped_value_loss(
+                    per_token, clipped = clipped_value_loss(
                         values,
                         old_values[rows, : width - 1].to(device),
                         returns[rows, : width - 1].to(device),
                         algo.value_clip,
                     )
                     mask = batch.loss_mask[rows, : width - 1].to(device)
-                    loss = (
-                        per_token * mask
-                    ).sum() / num_tokens  # micro-batches sum to the minibatch
+                    # minibatch normalisers: the micro-batches' losses sum to the minibatch's
+                    scale = Normalisers(mask, num_tokens, num_seqs, norm_constant)
+                    loss = self.aggregate(per_token, scale)
                     loss.backward()
-                    total += loss.item()
+                    sums["critic/value_loss"] += loss.item()
+                    on = mask.bool() & clipped
+                    sums["critic/vf_clip_frac"] += float(on.sum()) / max(num_tokens, 1.0)
                 nn.utils.clip_grad_norm_(self.model.parameters(), train.max_grad_norm)
                 self.optimizer.step()
                 steps += 1
-        return {"critic/value_loss": total / max(steps, 1)}
+        return {name: value / max(steps, 1) for name, value in sums.items()}
 
     def state_dict(self) -> dict:
         model = trainable_state_dict(self.model) if self.lora else self.model.state_dict()

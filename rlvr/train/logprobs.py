@@ -33,10 +33,12 @@ def compute_dtype(logits: torch.Tensor) -> torch.dtype:
 class ChosenLogprobs(torch.autograd.Function):
     """log softmax(logits / temperature) at the chosen tokens, and the predictive entropy,
     chunk by chunk. Backward recomputes each chunk's softmax from the logits (which the model
-    holds anyway) instead of keeping float32 probabilities of the whole batch."""
+    holds anyway) instead of keeping float32 probabilities of the whole batch. A given
+    `sum_pi_squared` [B, T] receives sum_v pi_v^2 of each position from the same chunks (it has
+    no gradient)."""
 
     @staticmethod
-    def forward(ctx, logits, targets, temperature: float, with_entropy: bool):
+    def forward(ctx, logits, targets, temperature: float, with_entropy: bool, sum_pi_squared=None):
         # logits [B, T, V] in the model's dtype, targets [B, T] -> chosen [B, T], entropy [B, T]
         # (zeros unless with_entropy), in float32 or the logits' wider dtype
         chosen = torch.empty(targets.shape, dtype=compute_dtype(logits), device=logits.device)
@@ -47,8 +49,12 @@ class ChosenLogprobs(torch.autograd.Function):
             logp -= lse[..., None]
             chosen[rows, positions] = logp.gather(-1, targets[rows, positions, None]).squeeze(-1)
             normaliser[rows, positions] = lse
-            if with_entropy:
-                entropy[rows, positions] = -torch.linalg.vecdot(logp.exp(), logp)
+            if with_entropy or sum_pi_squared is not None:
+                p = logp.exp()
+                if with_entropy:
+                    entropy[rows, positions] = -torch.linalg.vecdot(p, logp)
+                if sum_pi_squared is not None:
+                    sum_pi_squared[rows, positions] = torch.linalg.vecdot(p, p)
         ctx.save_for_backward(logits, targets, normaliser, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
@@ -79,7 +85,7 @@ class ChosenLogprobs(torch.autograd.Function):
             if ctx.temperature != 1.0:
                 g /= ctx.temperature
             grad[rows, positions] = g
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 def scaled(logits: torch.Tensor, dtype: torch.dtype, temperature: float) -> torch.Tensor:
@@ -97,14 +103,18 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    sum_pi_squared: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs [B, T-1] of tokens 1..T-1 under the model (logits scaled like the sampler's),
-    and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus)."""
+    and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus); a
+    given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position."""
     device = model.device
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
     scale = temperature if temperature > 0 else 1.0
     targets = input_ids[:, 1:].to(device)
-    chosen, entropy = ChosenLogprobs.apply(logits[:, :-1], targets, scale, with_entropy)
+    chosen, entropy = ChosenLogprobs.apply(
+        logits[:, :-1], targets, scale, with_entropy, sum_pi_squared
+    )
     if not with_entropy:
         return chosen, None
     return chosen, entropy if entropy_grad else entropy.detach()

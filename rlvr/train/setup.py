@@ -45,6 +45,10 @@ PRODUCED_FIELDS = {
     "segment_advantages",
     "segment_weights",
     "reward_mean",
+    "old_logprobs",
+    "sum_pi_squared",
+    "reward_components",
+    "reward_weights",
 }
 
 

@@ -97,6 +97,17 @@ def load_policy(cfg: Config, components: Components, display: Display):
     return model.to(resolve_device(m.device)), tokenizer
 
 
+def reward_components(
+    trajectories: list[Trajectory], weights: dict[str, float]
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Each trajectory's own value of every task.rewards component [B, K] (as its reward logged
+    it) and their weights [K]; (None, None) for a reward that is not a combination."""
+    if not weights:
+        return None, None
+    values = [[t.info.get("components", {}).get(n, 0.0) for n in weights] for t in trajectories]
+    return torch.tensor(values), torch.tensor(list(weights.values()))
+
+
 class Trainer:
     """Holds the state of one run; `run()` is the loop."""
 
@@ -272,7 +283,8 @@ class Trainer:
             if "segment_advantages" in self.components.requires
             else (None, None)
         )
-        data, extra = self.prepare_update(batch, baselines, segments, timings)
+        components = reward_components(trajectories, cfg.task.rewards)
+        data, extra = self.prepare_update(batch, baselines, segments, components, timings)
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
@@ -417,6 +429,7 @@ class Trainer:
         batch: Batch,
         baselines: torch.Tensor | None,
         segments: tuple[torch.Tensor | None, torch.Tensor | None],
+        components: tuple[torch.Tensor | None, torch.Tensor | None],
         timings: dict[str, float],
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
@@ -425,10 +438,13 @@ class Trainer:
         old = ref = None
         timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
         on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
+        # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
+        wants_squares = "sum_pi_squared" in self.components.requires
+        squares = torch.zeros_like(batch.loss_mask) if wants_squares else None
         extra = {}
-        if not on_policy or cfg.algo.tis != "off":
+        if not on_policy or cfg.algo.tis != "off" or wants_squares:
             with timed(timings, "time/old_logprobs"):
-                old = batch_logprobs(self.model, batch, micro, temperature)
+                old = batch_logprobs(self.model, batch, micro, temperature, squares)
             extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"):
@@ -440,13 +456,15 @@ class Trainer:
         token_rewards = batch.token_rewards
         if ref is not None and cfg.algo.kl_in_reward:
             policy = old if old is not None else batch.behaviour_logprobs
-            kl = self.components.kl(policy, ref) * batch.loss_mask  # [B, T-1]
+            kl = self.components.kl(policy, ref, cfg.algo) * batch.loss_mask  # [B, T-1]
             token_rewards = token_rewards - self.kl_coef.value * kl
             extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
             token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
             values=values, baseline_rewards=baselines, turn_rewards=batch.turn_rewards,
             turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
+            old_logprobs=old, sum_pi_squared=squares, reward_components=components[0],
+            reward_weights=components[1],
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)

@@ -15,7 +15,7 @@ from transformers import (
 from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
-from rlvr.config import Config
+from rlvr.config import AlgoConfig, Config
 from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
@@ -47,22 +47,33 @@ def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
     return int(attention[batch_rows].sum(-1).max())
 
 
-def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, **entropy):
+def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, **stats):
     width = trim(rows, batch.attention_mask)
     input_ids, attention = batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
-    return token_logprobs(model, input_ids, attention, temperature, **entropy)
+    return token_logprobs(model, input_ids, attention, temperature, **stats)
 
 
 @torch.no_grad()
 def batch_logprobs(
-    model: PreTrainedModel, batch: Batch, micro_batch_size: int, temperature: float
+    model: PreTrainedModel,
+    batch: Batch,
+    micro_batch_size: int,
+    temperature: float,
+    sum_pi_squared: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Logprobs [B, T-1] of the whole batch without grad (old policy or reference)."""
+    """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
+    `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward."""
     out = torch.zeros_like(batch.loss_mask)
     everything = torch.arange(len(batch))
     for rows in by_length(everything, batch.attention_mask.sum(-1)).split(micro_batch_size):
-        lp, _ = micro_logprobs(model, batch, rows, temperature)
-        out[rows, : lp.shape[1]] = lp.float().cpu()
+        width = trim(rows, batch.attention_mask) - 1
+        squares = None
+        if sum_pi_squared is not None:
+            squares = torch.zeros(len(rows), width, device=model.device)
+        lp, _ = micro_logprobs(model, batch, rows, temperature, sum_pi_squared=squares)
+        out[rows, :width] = lp.float().cpu()
+        if squares is not None:
+            sum_pi_squared[rows, :width] = squares.cpu()
     return out
 
 
@@ -81,7 +92,7 @@ def micro_batch_loss(
     model,
     data: UpdateInputs,
     rows: torch.Tensor,
-    minibatch_size: int,
+    num_seqs: int,
     num_tokens: float,
     cfg: Config,
     loss_fn,
@@ -89,7 +100,8 @@ def micro_batch_loss(
     record: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of one micro-batch, scaled so the micro-batches of a minibatch sum to its loss;
-    `record` [B, T-1], where given, receives the rows' logprobs (before this step)."""
+    `num_seqs` and `num_tokens` are the minibatch's (`normalisers`); `record` [B, T-1], where
+    given, receives the rows' logprobs (before this step)."""
     algo, device = cfg.algo, model.device
     bonus = algo.entropy_coef > 0
     logprobs, entropy = micro_logprobs(
@@ -109,7 +121,7 @@ def micro_batch_loss(
         advantages=data.advantages[rows, :width].to(device),
         loss_mask=data.batch.loss_mask[rows, :width].to(device),
         num_tokens=num_tokens,
-        num_seqs=minibatch_size,
+        num_seqs=num_seqs,
         norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
         behaviour_logprobs=data.batch.behaviour_logprobs[rows, :width].to(device),
     )
@@ -117,12 +129,13 @@ def micro_batch_loss(
     out = loss_fn(inputs, algo)
     loss, metrics = out.loss, dict(out.metrics)
     if kl_fn is not None and data.ref_logprobs is not None:
-        kl = aggregate(kl_fn(logprobs, data.ref_logprobs[rows, :width].to(device)), inputs)
+        kl = aggregate(kl_fn(logprobs, data.ref_logprobs[rows, :width].to(device), algo), inputs)
         loss = loss + data.kl_coef * kl
         metrics["kl"] = kl.item()
     if bonus:
         loss = loss - algo.entropy_coef * aggregate(entropy, inputs)
-    metrics["entropy"] = float((entropy.detach() * inputs.loss_mask).sum() / max(num_tokens, 1.0))
+    on = inputs.loss_mask.bool()
+    metrics["entropy"] = float(torch.where(on, entropy.detach(), 0.0).sum() / max(num_tokens, 1.0))
     metrics["loss"] = loss.item()
     return loss, metrics
 
@@ -155,12 +168,12 @@ def policy_update(
         order = torch.randperm(len(batch), generator=generator)
         for minibatch in order.chunk(algo.minibatches):
             optimizer.zero_grad(set_to_none=True)
-            num_tokens = float(batch.loss_mask[minibatch].sum())
+            num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
             step_metrics: dict[str, float] = defaultdict(float)
             micro_batches = parallel.micro_batches(minibatch, cfg.train.micro_batch_size, lengths)
             for rows, counted in micro_batches:
                 loss, metrics = micro_batch_loss(
-                    model, data, rows, len(minibatch), num_tokens, cfg, loss_fn, kl_fn,
+                    model, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
                     trainer_logprobs if counted else None,
                 )  # fmt: skip
                 (loss if counted else 0.0 * loss).backward()
@@ -190,6 +203,13 @@ def policy_update(
             mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, batch.loss_mask)
         )
     return UpdateResult(metrics, skipped)
+
+
+def normalisers(loss_mask: torch.Tensor, algo: AlgoConfig) -> tuple[float, int]:
+    """A minibatch's policy tokens and the rows its seq-mean aggregations divide by: all of
+    them, or (algo.seq_mean_count_empty=false) only those with a policy token. mask [B, T]."""
+    rows = len(loss_mask) if algo.seq_mean_count_empty else int(loss_mask.bool().any(-1).sum())
+    return float(loss_mask.sum()), rows
 
 
 def _finite(value: float) -> bool:

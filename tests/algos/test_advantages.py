@@ -12,10 +12,15 @@ from rlvr.algos.advantages import (
     gae,
     gae_returns,
     gae_targets,
+    gdpo,
+    gpg,
     group_stats,
     grpo,
+    max_passk,
     mt_grpo,
+    mt_otb,
     opo,
+    otb,
     passk,
     policy_lambda,
     reinforce_pp,
@@ -274,6 +279,117 @@ def test_passk_raises_on_non_binary_rewards_and_too_large_k():
     passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=3))  # k = N-1 is fine
 
 
+def test_remax_reward_to_go_golden():
+    # token rewards [0.5, 0, 1] (reward 1.5), baseline 1. Default: 1.5 - 1 on every token;
+    # reward to go: [1.5, 1, 1] - 1. Row 1 has only the outcome: both forms agree.
+    x = adv_inputs(
+        [1.5, 1], [0, 1], [[1, 1, 1], [1, 1, 0]], baseline_rewards=[1, 0.5],
+        token_rewards=[[0.5, 0, 1], [0, 1, 0]],
+    )  # fmt: skip
+    close(remax(x, AlgoConfig()), [[0.5, 0.5, 0.5], [0.5, 0.5, 0]])
+    close(remax(x, AlgoConfig(remax_reward_to_go=True)), [[0.5, 0, 0], [0.5, 0.5, 0]])
+
+
+def test_gae_whitened_over_the_batch_golden():
+    # gamma = lam = 1, V = 0, outcome rewards: raw A = the reward on each policy token,
+    # [2, 2, 2 | 1]: mean 7/4, deviations [1/4, 1/4, 1/4, -3/4], sum sq 3/4, unbiased var 1/4.
+    # The critic's targets stay raw (A + V).
+    x = adv_inputs([2, 1], [0, 1], [[1, 1, 0, 1], [0, 1, 0, 0]], values=[[0] * 4] * 2)
+    algo = AlgoConfig(whiten_advantages=True)
+    s = 0.5 + EPS
+    close(gae(x, algo), [[0.25 / s, 0.25 / s, 0, 0.25 / s], [0, -0.75 / s, 0, 0]])
+    close(gae(x, AlgoConfig()), [[2, 2, 0, 2], [0, 1, 0, 0]])
+    close(gae_targets(x, algo), [[2, 2, 0, 2], [0, 1, 0, 0]])
+
+
+def test_gpg_golden():
+    # 3 of 8 rewards are non-zero: alpha = 8/3. Group 0 [1,0,0,0] mean 1/4, group 1 [1,1,0,0]
+    # mean 1/2: alpha * (r - mean) = [2, -2/3, -2/3, -2/3, 4/3, 4/3, -4/3, -4/3]
+    adv = gpg(inputs([1, 0, 0, 0, 1, 1, 0, 0], [0] * 4 + [1] * 4), AlgoConfig())
+    close(per_seq(adv), [2, -2 / 3, -2 / 3, -2 / 3, 4 / 3, 4 / 3, -4 / 3, -4 / 3])
+
+
+def test_gdpo_golden_two_components():
+    # groups of 3, weights [1, 0.5], every row 2 policy tokens (so the token whitening weighs
+    # rows equally). Component 1 [1,0,0 | 1,1,0]: each group has std 1/sqrt(3), so
+    # [2, -1, -1]/sqrt(3) and [1, 1, -2]/sqrt(3); component 2 [0,1,2 | 2,2,2]: [-1, 0, 1] and 0.
+    # Sums: [2/sqrt3 - .5, -1/sqrt3, -1/sqrt3 + .5, 1/sqrt3, 1/sqrt3, -2/sqrt3]; their mean is 0
+    # and the unbiased std over the 12 tokens is sqrt(2 * sum sq / 11).
+    r3 = 1 / math.sqrt(3)
+    ones = [[1, 1]] * 6
+    components = [[1, 0], [0, 1], [0, 2], [1, 2], [1, 2], [0, 2]]
+    x = adv_inputs([0] * 6, [0, 0, 0, 1, 1, 1], ones, reward_components=components,
+                   reward_weights=[1, 0.5])  # fmt: skip
+    sums = [2 * r3 - 0.5, -r3, -r3 + 0.5, r3, r3, -2 * r3]
+    std = math.sqrt(2 * sum(v * v for v in sums) / 11) + EPS
+    close(per_seq(gdpo(x, AlgoConfig())), [v / std for v in sums])
+
+
+def test_gdpo_of_one_component_is_grpo_whitened_over_the_batch():
+    x = inputs([1, 0, 0, 3, 1, 2], [0, 0, 0, 1, 1, 1], [[1, 1, 0], [1, 0, 0], [1, 1, 1]] * 2)
+    centred = grpo(x, AlgoConfig()).double()
+    on = x.loss_mask.bool()
+    want = torch.where(on, (centred - centred[on].mean()) / (centred[on].std() + EPS), 0.0)
+    torch.testing.assert_close(gdpo(x, AlgoConfig()).double(), want, atol=1e-6, rtol=0)
+    x.reward_components = x.rewards[:, None]
+    torch.testing.assert_close(gdpo(x, AlgoConfig()).double(), want, atol=1e-6, rtol=0)
+
+
+def test_max_passk_golden():
+    # group 0 [0.1, 0.7, 0.4, 0.3]: the best gets 0.7 - 0.4 = 0.3, over the group std (mean
+    # 0.375, sum sq 0.1875, unbiased var 0.0625, std 0.25) = 1.2; group 1 ties at 0.9: all 0
+    x = inputs([0.1, 0.7, 0.4, 0.3, 0.2, 0.9, 0.5, 0.9], [0] * 4 + [1] * 4)
+    close(per_seq(max_passk(x, AlgoConfig(normalize_std=False))), [0, 0.3, 0, 0, 0, 0, 0, 0])
+    close(per_seq(max_passk(x, AlgoConfig())), [0, 0.3 / (0.25 + EPS), 0, 0, 0, 0, 0, 0])
+
+
+def otb_inputs():
+    """Two samples of one prompt with an observation gap: row 0 policy tokens at columns 0, 1, 3
+    (reward 1), row 1 at 0, 2, 3 (reward 0). Per-token weights w = 1 - 2 pi + sum pi^2:
+    row 0 all 0.5 (pi = 0.5, sum 0.5), row 1 [0.75, 0.25, 0.5] (pi, sum: .25 .25, .5 .25, .5 .5),
+    so W (cumulated over policy tokens) is [.5, 1, -, 1.5] and [.75, -, 1, 1.5]."""
+    return adv_inputs(
+        [1, 0], [3, 3], [[1, 1, 0, 1], [1, 0, 1, 1]],
+        old_logprobs=[[math.log(0.5)] * 4, [math.log(0.25), 0, math.log(0.5), math.log(0.5)]],
+        sum_pi_squared=[[0.5] * 4, [0.25, 0, 0.25, 0.5]],
+    )  # fmt: skip
+
+
+def test_otb_golden_steps_count_from_the_first_policy_token():
+    # G = 1 on row 0's tokens, 0 on row 1's. Steps (columns here): 0 both -> B = .5/1.25 = .4;
+    # step 1 only row 0 and step 2 only row 1 -> B = 0 (the advantage is the own return);
+    # step 3 both, W 1.5 each -> B = 1.5/3 = .5
+    close(otb(otb_inputs(), AlgoConfig()), [[0.6, 1, 0, 0.5], [-0.4, 0, 0, -0.5]])
+
+
+def test_mt_otb_golden_steps_count_policy_tokens_only():
+    # the k-th policy tokens: (col 0, col 0) B = .4; (col 1, col 2) W 1 and 1 -> B = .5;
+    # (col 3, col 3) W 1.5 and 1.5 -> B = .5
+    close(mt_otb(otb_inputs(), AlgoConfig()), [[0.6, 0.5, 0, 0.5], [-0.4, 0, -0.5, -0.5]])
+
+
+def test_otb_single_turn_golden_with_a_prompt_and_a_longer_sample():
+    # prompts of one token; row 0: pi [.5, .8, 1] sum pi^2 [.5, .7, 1] -> w [.5, .1, 0], W
+    # [.5, .6, .6]; row 1: pi [.25, .5], sums [.25, .5] -> w [.75, .5], W [.75, 1.25].
+    # Rewards 1 and 0: step 0 B = .5/1.25 = .4, step 1 B = .6/1.85, step 2 only row 0: B = 0.
+    log = math.log
+    x = adv_inputs(
+        [1, 0], [0, 0], [[0, 1, 1, 1], [0, 1, 1, 0]],
+        old_logprobs=[[0, log(0.5), log(0.8), 0], [0, log(0.25), log(0.5), 0]],
+        sum_pi_squared=[[0, 0.5, 0.7, 1], [0, 0.25, 0.5, 0]],
+    )  # fmt: skip
+    b1 = 0.6 / (1.85 + 1e-8)
+    close(otb(x, AlgoConfig()), [[0, 0.6, 1 - b1, 1], [0, -0.4, -b1, 0]])
+    assert torch.equal(mt_otb(x, AlgoConfig()), otb(x, AlgoConfig()))  # no observation gap
+
+
+def test_otb_needs_the_forward_pass_fields():
+    x = otb_inputs()
+    x.sum_pi_squared = None
+    with pytest.raises(ValueError, match="AdvInputs.sum_pi_squared.*old-logprob pass"):
+        otb(x, AlgoConfig())
+
+
 def test_missing_fields_raise_naming_the_field():
     x = inputs([1, 0], [0, 0])
     with pytest.raises(ValueError, match="AdvInputs.values.*critic"):
@@ -408,6 +524,8 @@ def binary_batch(rewards, group_ids, mask):
     x.segment_advantages = (x.rewards - mean)[:, None] * x.loss_mask
     x.segment_weights = x.loss_mask.clone()
     x.reward_mean = torch.tensor(0.25)
+    x.old_logprobs = torch.full(x.loss_mask.shape, math.log(0.5))
+    x.sum_pi_squared = torch.full(x.loss_mask.shape, 0.3)
     return x
 
 
@@ -428,8 +546,12 @@ def test_every_estimator_gives_finite_zeros_without_policy_tokens(name):
 
 
 GROUP_ESTIMATORS = [
-    "grpo", "mt_grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "opo", "passk", "tree",
+    "grpo", "mt_grpo", "dr_grpo", "rloo", "gpg", "gdpo", "reinforce_pp_baseline", "opo", "passk",
+    "max_passk", "tree",
 ]  # fmt: skip
+# otb's group baseline is per step: where only the longest sample has a token, that token's
+# advantage is its own return, so an all-equal group is not all zero
+PAIRWISE = [*GROUP_ESTIMATORS, "otb", "mt_otb"]
 
 
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS)
@@ -463,10 +585,15 @@ def test_registry_metadata():
         "passk",
         "tree",
         "running_mean",
+        "gpg",
+        "gdpo",
+        "max_passk",
+        "otb",
+        "mt_otb",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
-        expected = 2 if name in GROUP_ESTIMATORS else 1
+        expected = 2 if name in PAIRWISE else 1
         minimum = getattr(fn, "min_group_size", 1)
         if name == "passk":
             assert minimum(AlgoConfig(pass_k=4)) == 5  # k = N gives all-zero advantages
@@ -477,6 +604,7 @@ def test_registry_metadata():
     assert mt_grpo.requires == ("turn_rewards", "turn_ids")
     assert tree.requires == ("segment_advantages", "segment_weights")
     assert running_mean.requires == ("reward_mean",)
+    assert otb.requires == mt_otb.requires == ("old_logprobs", "sum_pi_squared")
     assert gae.critic_targets is gae_targets
 
 

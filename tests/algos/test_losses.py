@@ -40,6 +40,8 @@ def test_ppo_clip_golden():
     assert out.loss.item() == pytest.approx(sum(c[2] for c in CASES) / 8, abs=1e-9)
     assert out.loss.item() == pytest.approx(0.77 / 8, abs=1e-9)
     assert out.metrics["clip_frac"] == pytest.approx(3 / 8)
+    # the lower clip binds on (-1, 0.5) and (-1, 0.78): A < 0 below 1 - clip_low
+    assert out.metrics["clip_frac_lower"] == pytest.approx(2 / 8)
 
 
 def test_ppo_kl_metric():
@@ -128,6 +130,20 @@ def test_registered():
 
 LOSS_NAMES = list(LOSSES)
 AGG_NAMES = list(AGGREGATIONS)
+# rank tokens by a covariance over the micro-batch (as the paper's code): not additive
+MICRO_BATCH_DEPENDENT = {"kl_cov", "clip_cov"}
+# losses with a ratio clip or trust region: they report where its lower side binds
+CLIPPING = [
+    "ppo_clip",
+    "dual_clip",
+    "gspo",
+    "gmpo",
+    "cispo",
+    "dis",
+    "dppo_tv",
+    "dppo_kl",
+    "clip_cov",
+]
 
 
 def make(adv, ratio, logp=None, mask=None, norm_constant=1.0) -> LossInputs:
@@ -156,6 +172,7 @@ def test_aggregations_golden():
     # row sums over policy tokens: 1+2 = 3, 4+5+6 = 15, 0 (empty row); lengths 2, 3, 0
     expected = {
         "token-mean": (3 + 15) / 5,  # 3.6
+        "token-sum": 3 + 15,
         "seq-mean-token-sum": (3 + 15 + 0) / 3,  # 6
         "seq-mean-token-mean": (3 / 2 + 15 / 3 + 0) / 3,  # 6.5 / 3
         "seq-mean-token-sum-norm": (3 / 4 + 15 / 4 + 0) / 3,  # 1.5
@@ -201,7 +218,7 @@ def test_aggregation_micro_batches_sum_to_whole(agg):
 
 
 @pytest.mark.parametrize("agg", AGG_NAMES)
-@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("loss", sorted(set(LOSS_NAMES) - MICRO_BATCH_DEPENDENT))
 def test_loss_micro_batches_sum_to_whole(loss, agg):
     algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
     x = ragged_batch()
@@ -222,7 +239,8 @@ def test_dual_clip_golden():
     out = LOSSES["dual_clip"](x, ALGO)
     assert out.loss.item() == pytest.approx((3 + 2 - 1.28 + 1.6) / 4, abs=1e-12)  # 1.33
     assert out.metrics["clip_frac"] == pytest.approx(2 / 4)
-    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 4)
+    assert out.metrics["dual_clip_frac"] == pytest.approx(1 / 4)  # the capped A=-1 r=4
+    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 4)  # A=-2 r=0.5 below 0.8
     # plain ppo_clip differs only on the capped token: (4 + 2 - 1.28 + 1.6) / 4
     assert ppo_clip(x, ALGO).loss.item() == pytest.approx(6.32 / 4, abs=1e-12)
 
@@ -313,9 +331,10 @@ def test_gradcheck_every_loss(loss, agg):
     algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
 
     def f(lp):
-        # cispo's and dis's weights are sg(f(r)): finite differences would see r move, autograd
-        # not. Moving old with logprobs holds r fixed, so both see only -w A log pi.
-        base = lp.detach() - log_ratio if loss in ("cispo", "dis") else old
+        # cispo's, dis's and dppo's weights are sg(f(r)): finite differences would see r move,
+        # autograd not. Moving old with logprobs holds r fixed, so both see only -w A log pi.
+        base = lp.detach() - log_ratio if loss in ("cispo", "dis", "dppo_tv", "dppo_kl") else old
+        torch.manual_seed(0)  # clip_cov draws its dropped tokens: the same draw every call
         x = LossInputs(
             lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0,
             behaviour_logprobs=base,
@@ -339,7 +358,9 @@ def test_empty_response_gives_zero_loss(loss, agg):
     assert all(value == 0.0 for value in out.metrics.values())
 
 
-@pytest.mark.parametrize("loss", LOSS_NAMES)
+# gmpo's sequence ratio gives each token its sequence's mean advantage (its own golden test);
+# clip_cov drops the gradient of a high-covariance token even at r = 1
+@pytest.mark.parametrize("loss", sorted(set(LOSS_NAMES) - {"gmpo", "clip_cov"}))
 def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
     # at r = 1 each loss has gradient -A / num_tokens per policy token under token-mean
     # (sapo too: d/dr [4/tau sigmoid(tau (r-1))] = 4 sigmoid'(0) = 1 at r = 1)
@@ -357,6 +378,197 @@ def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
 def test_every_loss_and_aggregation_has_a_docstring():
     for fn in [*LOSSES.values(), *AGGREGATIONS.values()]:
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0]
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_a_nan_at_padding_reaches_neither_the_loss_nor_the_gradient(loss, agg):
+    x = ragged_batch(seed=2)
+    pad = ~x.loss_mask.bool()
+    algo = AlgoConfig(loss_agg=agg)
+
+    def run(poison):
+        def fill(t):
+            return torch.where(pad, float("nan"), t) if poison else t
+
+        logp = fill(x.logprobs).requires_grad_()
+        old = fill(x.old_logprobs)
+        inputs = LossInputs(
+            logp, old, fill(x.advantages), x.loss_mask, x.num_tokens, 5, norm_constant=6.0,
+            behaviour_logprobs=old,
+        )  # fmt: skip
+        torch.manual_seed(0)  # clip_cov's draw
+        out = LOSSES[loss](inputs, algo)
+        out.loss.backward()
+        return out, logp.grad
+
+    out, grad = run(poison=True)
+    clean, clean_grad = run(poison=False)
+    assert out.loss.item() == pytest.approx(clean.loss.item(), abs=1e-12)
+    assert out.metrics == pytest.approx(clean.metrics, abs=1e-12)
+    assert torch.isfinite(grad).all() and torch.all(grad[pad] == 0)
+    assert torch.allclose(grad, clean_grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+def test_an_aggregation_ignores_a_nan_at_padding(agg):
+    x = ragged_batch()
+    values = torch.where(x.loss_mask.bool(), x.advantages, float("nan")).requires_grad_()
+    out = AGGREGATIONS[agg](values, x)
+    out.backward()
+    assert out.item() == pytest.approx(AGGREGATIONS[agg](x.advantages, x).item(), abs=1e-12)
+    assert torch.isfinite(values.grad).all()
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_every_loss_reports_ppo_kl_and_the_clipping_ones_clip_frac_lower(loss):
+    x = ragged_batch(seed=4)
+    metrics = LOSSES[loss](x, AlgoConfig()).metrics
+    assert "ppo_kl" in metrics
+    assert ("clip_frac_lower" in metrics) == (loss in CLIPPING)
+
+
+def test_token_sum_is_the_sum_of_the_micro_batches_sums():
+    x = make(adv=[[1.0, -2.0, 3.0]], ratio=[[1.0, 1.0, 1.0]], logp=[[-0.5, -1.0, -2.0]])
+    # reinforce: -A logp = [0.5, -2, 6], summed with no normaliser
+    out = LOSSES["reinforce"](x, AlgoConfig(loss_agg="token-sum"))
+    assert out.loss.item() == pytest.approx(4.5, abs=1e-12)
+
+
+def test_gmpo_golden_and_its_sequence_gradient():
+    # gmpo_clip 0.4. Row 0 (A = 1): log r [0.1, 0.6, -0.5] -> pessimistic [0.1, 0.4, -0.5]
+    # (only the upper clip binds for A > 0), mean 0, s = 1. Row 1 (A = -2, third token
+    # masked): log r [0.2, -0.7] -> [0.2, -0.4] (the lower clip binds), mean -0.1, s = e^-0.1.
+    lr = [[0.1, 0.6, -0.5], [0.2, -0.7, 0.3]]
+    x = make(
+        adv=[[1.0] * 3, [-2.0] * 3], ratio=[[math.exp(v) for v in row] for row in lr],
+        mask=[[1, 1, 1], [1, 1, 0]],
+    )  # fmt: skip
+    x.logprobs.requires_grad_()
+    s1 = math.exp(-0.1)
+    out = LOSSES["gmpo"](x, AlgoConfig())
+    assert out.loss.item() == pytest.approx((3 * -1 + 2 * 2 * s1) / 5, abs=1e-12)
+    assert out.metrics["clip_frac"] == pytest.approx(2 / 5)
+    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 5)
+    seq = AlgoConfig(loss_agg="seq-mean-token-mean")  # the paper's: mean over sequences
+    assert LOSSES["gmpo"](x, seq).loss.item() == pytest.approx((-1 + 2 * s1) / 2, abs=1e-12)
+    out.loss.backward()
+    # d s_i / d log pi_t = s_i / len_i where unclipped, 0 where clipped; the row's 3 (2) tokens
+    # each carry -A s_i / 5: row 0 -> -3/5 * 1/3, row 1 -> 4 s1 / 5 * 1/2
+    expected = torch.tensor([[-0.2, 0.0, -0.2], [0.4 * s1, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
+
+
+def test_dro_golden_with_its_gradient():
+    # beta 0.1, log r [0.5, 0], log pi [-1, -2], A [1, -2]: -(A logp - 0.05 d^2) = [1.0125, -4]
+    x = make(adv=[[1.0, -2.0]], ratio=[[math.exp(0.5), 1.0]], logp=[[-1.0, -2.0]])
+    x.logprobs.requires_grad_()
+    out = LOSSES["dro"](x, AlgoConfig())
+    assert out.loss.item() == pytest.approx((1.0125 - 4) / 2, abs=1e-12)
+    assert out.metrics["ppo_kl"] == pytest.approx(-0.25, abs=1e-12)
+    out.loss.backward()
+    # d/dlogp = -A + beta d: [-1 + 0.05, 2] / 2 tokens
+    assert torch.allclose(x.logprobs.grad, torch.tensor([[-0.475, 1.0]], dtype=torch.float64))
+
+
+# seven tokens (p_old -> p, A): up a little, up too far, down (A > 0 only restricts rises),
+# down too far, down a little, up with A < 0, and a rare token rising .01 -> .12
+DPPO_OLD = [0.5, 0.5, 0.5, 0.5, 0.5, 0.2, 0.01]
+DPPO_NEW = [0.6, 0.7, 0.1, 0.3, 0.4, 0.9, 0.12]
+DPPO_ADV = [1.0, 1.0, 2.0, -1.0, -1.0, -0.5, 1.0]
+
+
+def dppo_inputs():
+    logp = [[math.log(p) for p in DPPO_NEW]]
+    ratio = [[p / q for p, q in zip(DPPO_NEW, DPPO_OLD)]]
+    x = make(adv=[DPPO_ADV], ratio=ratio, logp=logp)
+    x.logprobs.requires_grad_()
+    return x
+
+
+def dppo_terms(inside, cap=20.0):
+    """-A sg(min(r, cap)) log p on the tokens inside, summed."""
+    return sum(
+        -a * min(p / q, cap) * math.log(p)
+        for a, p, q, keep in zip(DPPO_ADV, DPPO_NEW, DPPO_OLD, inside)
+        if keep
+    )
+
+
+def test_dppo_tv_golden():
+    # delta 0.15: dropped are token 1 (+0.2 with A > 0) and token 3 (-0.2 with A < 0); the
+    # rare token's +0.11 is inside, with ratio 12
+    x = dppo_inputs()
+    inside = [1, 0, 1, 0, 1, 1, 1]
+    out = LOSSES["dppo_tv"](x, AlgoConfig())
+    assert out.loss.item() == pytest.approx(dppo_terms(inside) / 7, abs=1e-12)
+    assert out.metrics["clip_frac"] == pytest.approx(2 / 7)
+    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 7)
+    out.loss.backward()
+    ratio = torch.tensor([DPPO_NEW], dtype=torch.float64) / torch.tensor([DPPO_OLD]).double()
+    expected = -x.advantages * ratio * torch.tensor([inside]).double() / 7
+    assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
+    capped = LOSSES["dppo_tv"](dppo_inputs(), AlgoConfig(dppo_ratio_cap=2.0))
+    assert capped.loss.item() == pytest.approx(dppo_terms(inside, cap=2.0) / 7, abs=1e-12)
+
+
+def test_dppo_kl_golden():
+    # delta 0.05: Bernoulli KL .5 -> .6 (and .5 -> .4) = .0204, .5 -> .7 (and .5 -> .3) =
+    # .0872, .01 -> .12 = .01 ln(1/12) + .99 ln(.99/.88) = .0918: the rare token's rise is
+    # dropped here though its TV (.11) is inside
+    kl = 0.01 * math.log(0.01 / 0.12) + 0.99 * math.log(0.99 / 0.88)
+    assert kl == pytest.approx(0.091756, abs=1e-6)
+    x = dppo_inputs()
+    out = LOSSES["dppo_kl"](x, AlgoConfig())
+    inside = [1, 0, 1, 0, 1, 1, 0]
+    assert out.loss.item() == pytest.approx(dppo_terms(inside) / 7, abs=1e-12)
+    assert out.metrics["clip_frac"] == pytest.approx(3 / 7)
+    assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 7)
+
+
+def cov_inputs(log_ratio):
+    """A [1, -1, 2, 0], log pi [-1, -2, -0.5, -3]: A - mean = [.5, -1.5, 1.5, -.5], log pi - mean
+    = [.625, -.375, 1.125, -1.375], covariance [.3125, .5625, 1.6875, .6875]."""
+    x = make(adv=[[1.0, -1.0, 2.0, 0.0]], ratio=[[math.exp(v) for v in log_ratio]],
+             logp=[[-1.0, -2.0, -0.5, -3.0]])  # fmt: skip
+    x.logprobs.requires_grad_()
+    return x
+
+
+def test_kl_cov_golden_penalises_the_top_covariance_tokens():
+    lr = [0.1, -0.2, 0.3, -0.4]
+    plain = [-1 * math.exp(0.1), math.exp(-0.2), -2 * math.exp(0.3), 0.0]  # -A r
+    # default ratio 0.002 of 4 tokens: at least one, the top token 2, + |0.3|
+    out = LOSSES["kl_cov"](cov_inputs(lr), AlgoConfig())
+    assert out.loss.item() == pytest.approx((sum(plain) + 0.3) / 4, abs=1e-12)
+    assert out.metrics["cov_frac"] == pytest.approx(1 / 4)
+    # ratio 0.5: tokens 2 and 3, + |0.3| + |-0.4|; the penalty's gradient is coef * sign(log r)
+    x = cov_inputs(lr)
+    out = LOSSES["kl_cov"](x, AlgoConfig(kl_cov_ratio=0.5, kl_cov_coef=2.0))
+    assert out.loss.item() == pytest.approx((sum(plain) + 2 * 0.7) / 4, abs=1e-12)
+    out.loss.backward()
+    assert x.logprobs.grad[0, 3].item() == pytest.approx(-2 / 4)  # A = 0: only the penalty
+
+
+def test_clip_cov_golden_drops_the_gradient_of_covariance_tokens():
+    # bounds [0.8, 1.28]: token 2 (A = 2, r = e^.5) is clipped, so never dropped; with
+    # covariance in (0.5, 1.0) tokens 1 and 3 are the candidates, and ratio 0.5 drops both
+    lr = [0.1, -0.1, 0.5, 0.0]
+    algo = AlgoConfig(clip_cov_ratio=0.5, clip_cov_lb=0.5, clip_cov_ub=1.0)
+    x = cov_inputs(lr)
+    out = LOSSES["clip_cov"](x, algo)
+    assert out.loss.item() == pytest.approx((-math.exp(0.1) - 2 * 1.2) / 4, abs=1e-12)
+    assert out.metrics["cov_frac"] == pytest.approx(2 / 4)
+    assert out.metrics["clip_frac"] == pytest.approx(1 / 4)
+    out.loss.backward()
+    expected = torch.tensor([[-math.exp(0.1) / 4, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
+    # a wider band would take token 2 too, but a clipped token is never a candidate
+    wide = AlgoConfig(clip_cov_ratio=0.5, clip_cov_lb=0.5, clip_cov_ub=2.0)
+    assert LOSSES["clip_cov"](cov_inputs(lr), wide).metrics["cov_frac"] == pytest.approx(2 / 4)
+    # ratio 0.25 drops one of the two candidates, whichever the draw picks
+    one = AlgoConfig(clip_cov_ratio=0.25, clip_cov_lb=0.5, clip_cov_ub=1.0)
+    assert LOSSES["clip_cov"](cov_inputs(lr), one).metrics["cov_frac"] == pytest.approx(1 / 4)
 
 
 # ---- DIS (SAO's direct double-sided importance sampling) ----

@@ -17,7 +17,9 @@ def test_clipped_value_loss_golden():
     # token 1: |0.1| inside the clip -> both 0.81 -> 0.405
     # token 2: unclipped (0-1)^2=1, clipped V=0.8 -> 0.04 -> max 1 -> 0.5
     expected = torch.tensor([0.32, 0.405, 0.5])
-    assert torch.allclose(clipped_value_loss(new, old, ret, 0.2), expected, atol=1e-6)
+    loss, clipped = clipped_value_loss(new, old, ret, 0.2)
+    assert torch.allclose(loss, expected, atol=1e-6)
+    assert clipped.tolist() == [True, False, False]  # only token 0's clipped term is larger
 
 
 def trajectories() -> list[Trajectory]:
@@ -103,3 +105,42 @@ def test_critic_updates_run_that_many_passes(tiny_model, tokenizer, updates):
     critic.update(batch, returns, critic.values(batch), torch.Generator().manual_seed(0))
     steps = {int(s["step"]) for s in critic.optimizer.state_dict()["state"].values()}
     assert steps == {2 * updates}  # minibatches x critic_updates optimizer steps
+
+
+def test_value_loss_aggregation_follows_its_setting_and_logs_the_clip_share(tiny_model, tokenizer):
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
+    returns = batch.rewards[:, None] * batch.loss_mask  # V starts at 0: rows 1, 3 have error 1
+    metrics = {}
+    for agg in ("token-mean", "token-sum", "loss_agg"):
+        overrides = [
+            f"algo.value_loss_agg={agg}",
+            "algo.value_clip=0.5",
+            "train.micro_batch_size=2",
+        ]
+        cfg = load_config(None, [*overrides, "algo.loss_agg=seq-mean-token-sum"])
+        critic = Critic(tiny_model, cfg)
+        metrics[agg] = critic.update(batch, returns, critic.values(batch), torch.Generator())
+    # 12 policy tokens, 6 of them with 0.5 * (0 - 1)^2: token-mean 0.25, token-sum 3, and
+    # 'loss_agg' follows algo.loss_agg: each sequence's sum (1.5 or 0), mean over 4 rows = 0.75
+    assert metrics["token-mean"]["critic/value_loss"] == pytest.approx(0.25, abs=1e-6)
+    assert metrics["token-sum"]["critic/value_loss"] == pytest.approx(3.0, abs=1e-6)
+    assert metrics["loss_agg"]["critic/value_loss"] == pytest.approx(0.75, abs=1e-6)
+    # V = V_old = 0: the clipped and unclipped terms are equal, so the clip never binds
+    assert metrics["token-mean"]["critic/vf_clip_frac"] == 0.0
+
+
+def test_vf_clip_frac_counts_the_tokens_where_the_clipped_term_is_larger(tiny_model, tokenizer):
+    batch = Batch.from_trajectories(trajectories(), tokenizer.pad_token_id)
+    returns = batch.rewards[:, None] * batch.loss_mask
+    cfg = load_config(None, ["algo.value_clip=0.1"])
+    critic = Critic(tiny_model, cfg)
+    # old values 1 on every policy token: V = 0 is clipped to 0.9, further from a return of 0
+    # (rows 0, 2) and nearer to a return of 1 (rows 1, 3): the clip binds on half the tokens
+    old = batch.loss_mask.clone()
+    metrics = critic.update(batch, returns, old, torch.Generator())
+    assert metrics["critic/vf_clip_frac"] == pytest.approx(0.5)
+
+
+def test_an_unknown_value_loss_aggregation_is_refused(tiny_model):
+    with pytest.raises(ConfigError, match="algo.value_loss_agg"):
+        Critic(tiny_model, load_config(None, ["algo.value_loss_agg=token-mena"]))

@@ -36,6 +36,28 @@ def test_logprobs_entropy_and_their_gradients_match_a_full_log_softmax(
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk_elements", [1 << 24, 200, 7], ids=["rows", "row-pieces", "tiny"])
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_sum_pi_squared_fills_from_the_same_chunks_without_changing_anything_else(
+    monkeypatch, chunk_elements, with_entropy
+):
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(3, 9, 50, generator=g, dtype=torch.float64) * 4).requires_grad_()
+    targets = torch.randint(0, 50, (3, 9), generator=g)
+    squares = torch.zeros(3, 9, dtype=torch.float64)
+    chosen, entropy = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy, squares)
+    want = F.softmax(logits.detach() / 0.7, -1).square().sum(-1)
+    torch.testing.assert_close(squares, want, rtol=0, atol=1e-12)
+    plain_chosen, plain_entropy = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy)
+    assert torch.equal(chosen, plain_chosen) and torch.equal(entropy, plain_entropy)
+    chosen.sum().backward()  # the filled buffer is no output: backward is unchanged
+    grad = logits.grad.clone()
+    logits.grad = None
+    plain_chosen.sum().backward()
+    assert torch.equal(grad, logits.grad)
+
+
 @pytest.mark.parametrize(
     ("shape", "budget"),
     [((5, 7, 3), 1 << 24), ((5, 7, 3), 40), ((2, 9, 4), 4), ((3, 1, 8), 5), ((4, 3, 2), 12)],

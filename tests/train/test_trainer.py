@@ -204,3 +204,40 @@ def test_any_hugging_face_model_directory_trains(fast_overrides, tmp_path):
         before = [p.detach().clone() for p in trainer.model.parameters()]
         trainer.run()
     assert any(not torch.equal(p, q) for p, q in zip(before, trainer.model.parameters()))
+
+
+def test_reward_components_are_each_trajectorys_own_values_in_task_rewards_order():
+    from rlvr.train.trainer import reward_components
+    from rlvr.types import Problem, Trajectory
+
+    def trajectory(components):
+        t = Trajectory(Problem("p", "x"), 0, 0, [1, 2], [0, 1], [0.0, 0.0], [1.0], [2])
+        t.info["components"] = components
+        return t
+
+    values, weights = reward_components(
+        [trajectory({"format": 1.0, "numeric": 0.0, "format/extra": 3.0}), trajectory({})],
+        {"numeric": 1.0, "format": 0.1},
+    )
+    assert values.tolist() == [[0.0, 1.0], [0.0, 0.0]]
+    assert weights.tolist() == pytest.approx([1.0, 0.1])
+    assert reward_components([trajectory({})], {}) == (None, None)
+
+
+def test_otb_runs_the_old_logprob_pass_and_gets_sum_pi_squared(fast_overrides, monkeypatch):
+    from rlvr.algos.advantages import ADVANTAGES
+
+    seen = {}
+    original = ADVANTAGES["otb"]
+
+    def spy(inputs, algo):
+        seen.update(old=inputs.old_logprobs, squares=inputs.sum_pi_squared)
+        return original(inputs, algo)
+
+    spy.requires, spy.min_group_size = original.requires, original.min_group_size
+    monkeypatch.setitem(ADVANTAGES, "otb", spy)
+    trainer = Trainer(load_config(None, fast_overrides + ["train.steps=1", "algo.advantage=otb"]))
+    trainer.run()
+    assert trainer.run_dir.read_metrics() and seen["old"] is not None  # one RL step ran
+    squares = seen["squares"]
+    assert squares.shape == seen["old"].shape and (squares > 0).any() and (squares <= 1).all()

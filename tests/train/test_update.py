@@ -1,4 +1,5 @@
 import copy
+import math
 
 import torch
 
@@ -200,3 +201,45 @@ def test_a_single_pass_update_measures_the_engine_mismatch_for_free(tiny_model, 
     assert abs(result.metrics["mismatch/abs_diff_mean"] - expected_mean) < 1e-5
     assert abs(result.metrics["mismatch/abs_diff_max"] - 0.1) < 1e-5
     assert abs(result.metrics["mismatch/ratio_p05"] - torch.tensor(-0.1).exp().item()) < 1e-5
+
+
+def test_seq_mean_aggregations_count_fully_masked_rows_unless_told_not_to():
+    from rlvr.config import AlgoConfig
+    from rlvr.train.update import normalisers
+
+    mask = torch.tensor([[1.0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]])  # two rows are empty
+    assert normalisers(mask, AlgoConfig()) == (3.0, 4)
+    assert normalisers(mask, AlgoConfig(seq_mean_count_empty=False)) == (3.0, 2)
+    assert normalisers(torch.zeros(2, 3), AlgoConfig(seq_mean_count_empty=False)) == (0.0, 0)
+
+
+def test_sum_pi_squared_comes_from_the_same_forward_as_the_logprobs(tiny_model, tokenizer):
+    batch = random_batch(tokenizer)
+    squares = torch.zeros_like(batch.loss_mask)
+    logprobs = batch_logprobs(tiny_model, batch, 3, 0.7, sum_pi_squared=squares)
+    assert torch.equal(logprobs, batch_logprobs(tiny_model, batch, 3, 0.7))
+    with torch.no_grad():
+        out = tiny_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    want = (out.logits[:, :-1].float() / 0.7).softmax(-1).square().sum(-1)
+    real = batch.attention_mask[:, 1:].bool()  # right padding: a row ends at its last token
+    assert torch.allclose(squares[real], want[real], atol=1e-5)
+
+
+def test_the_kl_term_gets_the_algo_config(tiny_model, tokenizer):
+    """kl_clamp reaches k3 through the update: a clamp of 1e-9 leaves the KL term at (at most)
+    1e-9 per token, while the unclamped k3 of a shifted reference is far larger."""
+    from rlvr.algos.kl import k3
+    from rlvr.train.update import micro_batch_loss
+
+    batch = random_batch(tokenizer)
+    ref = batch_logprobs(tiny_model, batch, 8, 1.0) - 1.0  # k3 = e^-1 - 1 + 1 per token
+    data = UpdateInputs(batch, torch.zeros_like(batch.loss_mask), None, ref, kl_coef=1.0)
+    rows = torch.arange(len(batch))
+    kls = {}
+    for clamp in ("null", "1e-9"):
+        cfg = load_config(None, [f"algo.kl_clamp={clamp}", "algo.kl_coef=1.0"])
+        _, metrics = micro_batch_loss(
+            tiny_model, data, rows, len(batch), float(batch.loss_mask.sum()), cfg, ppo_clip, k3
+        )
+        kls[clamp] = metrics["kl"]
+    assert abs(kls["null"] - math.exp(-1)) < 1e-4 and kls["1e-9"] <= 1e-9
