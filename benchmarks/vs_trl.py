@@ -13,8 +13,13 @@ accuracy by step, training seconds to the target accuracy, and the ratios rlvr /
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
 
-    python benchmarks/vs_trl.py [--steps 20] [--rounds 2] [--eval-every 2] [--target 0.9]
-                                [section.key=value ...]
+    python benchmarks/vs_trl.py [--shape default|long] [--steps 20] [--rounds 2]
+                                [--eval-every 2] [--target 0.9] [section.key=value ...]
+
+`--shape long` is the long-answer shape: a 15 M-parameter tiny model (preset medium), briefly
+warm-started on 4 x 3-digit multiplication with the long scratchpad (about 230 tokens a
+reply), 4 prompts x 8 samples, up to 320 new tokens. Its short warm start teaches the format,
+not the arithmetic, so no accuracy target is reached there: it measures the cost of a step.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ from pathlib import Path
 
 import torch
 import transformers
+
+SHAPES = {
+    "default": [],
+    "long": [
+        "model.preset=medium", "model.pretrain_steps=60", "model.pretrain_batch_size=16",
+        "model.pretrain_lr=1e-3", 'task.operations=["mul"]', "task.digits=4", "task.mul_digits=3",
+        "task.scratchpad=long", "task.eval_size=32", "rollout.batch_size=32",
+        "rollout.group_size=8", "rollout.max_new_tokens=320", "train.micro_batch_size=8",
+    ],
+}  # fmt: skip
 
 
 def cpu_model() -> str:
@@ -179,6 +194,7 @@ def summary(run: dict, target: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=SHAPES, default="default")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2, help="rlvr then TRL, this many times")
     parser.add_argument("--eval-every", type=int, default=2)
@@ -188,7 +204,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(*args.child, args.steps, args.eval_every, args.overrides)
-    cfg, components, display, load_policy = shared_setup(args.overrides)
+    overrides = SHAPES[args.shape] + args.overrides
+    cfg, components, display, load_policy = shared_setup(overrides)
     results: dict[str, list[dict]] = {"rlvr": [], "trl": []}
     with tempfile.TemporaryDirectory() as work:
         model, tokenizer = load_policy(cfg, components, display)  # the warm start, cached
@@ -199,7 +216,7 @@ def main() -> None:
                 out = f"{work}/{framework}-{round_}"
                 command = [sys.executable, __file__, "--steps", str(args.steps), "--eval-every",
                            str(args.eval_every), "--child", framework, f"{work}/model", out,
-                           *args.overrides]  # fmt: skip
+                           *overrides]  # fmt: skip
                 done = subprocess.run(command, capture_output=True, text=True)
                 if done.returncode:
                     sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
@@ -215,7 +232,7 @@ def main() -> None:
         "benchmark": "vs_trl", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "trl": trl.__version__, "steps": args.steps, "target": args.target,
-        "overrides": args.overrides,
+        "shape_name": args.shape, "overrides": overrides,
         "shape": {"prompts": cfg.rollout.batch_size // cfg.rollout.group_size,
                   "group_size": cfg.rollout.group_size, "max_new_tokens": cfg.rollout.max_new_tokens},
         "rounds": results,

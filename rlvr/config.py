@@ -85,7 +85,7 @@ class ModelConfig(Section):
         False, description="Allow hub models that ship their own modelling code."
     )
     pretrain_steps: int = Field(
-        600,
+        450,
         gt=0,
         description="Tiny model only: supervised warm-start steps on task demonstrations.",
     )
@@ -504,7 +504,7 @@ class AlgoConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(100, gt=0, description="RL steps (each: sample a batch, score it, update).")
+    steps: int = Field(60, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
         1e-4,
         gt=0,
@@ -517,6 +517,12 @@ class TrainConfig(Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(
         1.0, gt=0, description="Gradient clipping threshold (global L2 norm)."
+    )
+    autocast: Literal["off", "bfloat16"] = Field(
+        "off",
+        description="'bfloat16': the update's and the old/reference logprob passes' matmuls run "
+        "under torch.autocast in bf16 (weights, optimizer and logprob math stay float32). Faster "
+        "where the hardware has bf16 (GPU, CPU with avx512_bf16 or AMX): see benchmarks/bf16.py.",
     )
     micro_batch_size: int = Field(
         64,

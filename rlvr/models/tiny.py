@@ -27,6 +27,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "nano": (128, 4, 4, 384),  # ~0.8 M
     "micro": (192, 4, 6, 512),  # ~1.8 M
     "small": (256, 6, 8, 768),  # ~4.8 M
+    "medium": (384, 8, 6, 1152),  # ~15 M: the long-answer benchmark shape
 }
 
 

@@ -25,6 +25,12 @@ class ArithmeticParams(BaseModel):
         3, ge=1, le=9, description="Digits of each operand (of the first one for mul)."
     )
     mul_digits: int = Field(1, ge=1, le=9, description="Digits of the second operand of mul.")
+    scratchpad: Literal["short", "long"] = Field(
+        "short",
+        description="mul by a multi-digit number: 'short' writes one line per partial product, "
+        "'long' works each partial product digit by digit and then sums them column by column "
+        "(hundreds of tokens at 4 x 3 digits and up).",
+    )
 
 
 def _digits(n: int, width: int) -> list[int]:
@@ -87,6 +93,25 @@ def _mul(a: int, b: int, flawed: bool) -> tuple[list[str], str]:
     return steps, str(total)
 
 
+def _mul_long(a: int, b: int, flawed: bool) -> tuple[list[str], str]:
+    """Every partial product digit by digit, shifted to its place, then the column sums."""
+    if b < 10:
+        return _mul_digit(a, b, flawed)
+    steps, partials = [], []
+    for place, m in enumerate(_digits(b, len(str(b)))):
+        digit_steps, partial = _mul_digit(a, m, flawed)
+        partials.append(int(partial) * 10**place)
+        steps.append(f"{a}*{m}: " + " ".join(digit_steps) + f" ={partials[-1]}")
+    width = len(str(max(partials)))
+    columns, carry = [], 0
+    for column in zip(*(_digits(p, width) for p in partials), strict=True):
+        total = sum(column) + carry
+        steps.append("+".join(map(str, column)) + f"+{carry}={total}")
+        columns.append(total)
+        carry = 0 if flawed else total // 10
+    return steps, _from_columns(columns)
+
+
 SOLVERS = {"add": _add, "sub": _sub, "mul": _mul}
 
 
@@ -122,5 +147,7 @@ class ArithmeticTask(GeneratedTask):
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         meta = problem.metadata
-        steps, answer = SOLVERS[meta["op"]](meta["a"], meta["b"], flawed)
+        long_mul = meta["op"] == "mul" and self.params.scratchpad == "long"
+        solver = _mul_long if long_mul else SOLVERS[meta["op"]]
+        steps, answer = solver(meta["a"], meta["b"], flawed)
         return " ".join(steps) + f" #### {answer}"

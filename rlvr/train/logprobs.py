@@ -26,6 +26,11 @@ def chunks(rows: int, positions: int, vocab: int) -> Iterator[tuple[slice, slice
             yield slice(row, row + 1), slice(start, start + step)
 
 
+def autocast(mode: str, device: torch.device) -> torch.autocast:
+    """The train.autocast context for a forward pass: bf16 matmuls, or off."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=mode == "bfloat16")
+
+
 def compute_dtype(logits: torch.Tensor) -> torch.dtype:
     return torch.promote_types(logits.dtype, torch.float32)
 

@@ -49,6 +49,7 @@ from rlvr.train.faults import (
     resume_hint,
     stop_at_step_end,
 )
+from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, staleness_metrics
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
@@ -442,12 +443,14 @@ class Trainer:
         wants_squares = "sum_pi_squared" in self.components.requires
         squares = torch.zeros_like(batch.loss_mask) if wants_squares else None
         extra = {}
+        # old and reference logprobs in the precision the update computes the new ones in
+        precision = autocast(cfg.train.autocast, self.model.device)
         if not on_policy or cfg.algo.tis != "off" or wants_squares:
-            with timed(timings, "time/old_logprobs"):
+            with timed(timings, "time/old_logprobs"), precision:
                 old = batch_logprobs(self.model, batch, micro, temperature, squares)
             extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
         if self.reference is not None:
-            with timed(timings, "time/ref_logprobs"):
+            with timed(timings, "time/ref_logprobs"), precision:
                 ref = self.reference.logprobs(batch, micro, temperature)
         values = None
         if self.critic is not None:

@@ -19,7 +19,7 @@ from rlvr.config import AlgoConfig, Config
 from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
-from rlvr.train.logprobs import token_logprobs
+from rlvr.train.logprobs import autocast, token_logprobs
 from rlvr.types import Batch
 
 
@@ -172,10 +172,11 @@ def policy_update(
             step_metrics: dict[str, float] = defaultdict(float)
             micro_batches = parallel.micro_batches(minibatch, cfg.train.micro_batch_size, lengths)
             for rows, counted in micro_batches:
-                loss, metrics = micro_batch_loss(
-                    model, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
-                    trainer_logprobs if counted else None,
-                )  # fmt: skip
+                with autocast(cfg.train.autocast, model.device):
+                    loss, metrics = micro_batch_loss(
+                        model, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
+                        trainer_logprobs if counted else None,
+                    )  # fmt: skip
                 (loss if counted else 0.0 * loss).backward()
                 for name, value in metrics.items() if counted else ():
                     step_metrics[name] += value

@@ -133,3 +133,34 @@ def test_params_reject_unknown_keys_and_bad_values():
         ArithmeticParams(digits=10)
     assert all(f.description for f in ArithmeticParams.model_fields.values())
     assert TASKS["arithmetic"] is ArithmeticTask
+
+
+LONG_MUL = ArithmeticParams(operations=["mul"], digits=4, mul_digits=3, scratchpad="long")
+
+
+def test_long_scratchpad_works_each_partial_product_and_the_column_sums():
+    correct = (
+        "347*5: 7*5+0=35 4*5+3=23 3*5+2=17 =1735 347*2: 7*2+0=14 4*2+1=9 3*2+0=6 =6940 "
+        "5+0+0=5 3+4+0=7 7+9+0=16 1+6+1=8 #### 8675"
+    )
+    # every carry dropped, in the partial products and in the sum: 1505 + 6840 summed as 7345
+    flawed = (
+        "347*5: 7*5+0=35 4*5+0=20 3*5+0=15 =1505 347*2: 7*2+0=14 4*2+0=8 3*2+0=6 =6840 "
+        "5+0+0=5 0+4+0=4 5+8+0=13 1+6+0=7 #### 7345"
+    )
+    assert demo("mul", 347, 25, params=LONG_MUL) == correct
+    assert demo("mul", 347, 25, flawed=True, params=LONG_MUL) == flawed
+    assert demo("mul", 347, 5, params=LONG_MUL) == demo("mul", 347, 5)  # one digit: one line
+
+
+def test_long_scratchpad_demonstrations_verify_and_run_to_hundreds_of_characters():
+    t = task(LONG_MUL, eval_size=20)
+    numeric = as_reward_fn(REWARDS[t.verifier])
+    lengths, wrong_when_flawed = [], 0
+    for i in range(200):
+        problem = t.train_problem(i)
+        solution = t.demonstration(problem)
+        assert numeric(problem, solution).status == "ok"
+        wrong_when_flawed += numeric(problem, t.demonstration(problem, flawed=True)).status != "ok"
+        lengths.append(len(solution))
+    assert min(lengths) > 150 and wrong_when_flawed > 180
