@@ -122,7 +122,8 @@ def cmd_profile(args) -> None:
     step = mean_metrics(steps)
     print(f"{'step':<17}{step['time/step']:>9.3f}")
     print(f"padding in training passes {step['padding/train']:.1%}; "
-          f"{step['tokens/generated']:.0f} tokens generated, {step['tokens/trained']:.0f} trained")  # fmt: skip
+          f"{step['tokens/generated']:.0f} tokens generated, {step['tokens/trained']:.0f} trained, "
+          f"{step['tokens/shared_prompt']:.0f} of them skipped as shared prompts")  # fmt: skip
     print("cost model (FLOPs per step at this batch):")
     algo = cfg.algo
     layouts = cost_model(step, algo.ppo_epochs, algo.critic_updates)

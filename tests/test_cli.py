@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,4 @@ def test_profile_prints_each_phase_and_the_cost_model(fast_overrides, capsys):
     assert float(table["update"][3]) > 0  # GFLOP
     assert "GRPO + KL reference" in out and "PPO (critic + reference)" in out
     assert "this config (measured)" in out
+    assert re.search(r"trained, [1-9]\d* of them skipped as shared prompts", out)

@@ -31,14 +31,23 @@ class DataParallel:
         return minibatch.tensor_split(self.world_size)[self.rank]
 
     def micro_batches(
-        self, minibatch: torch.Tensor, size: int, lengths: torch.Tensor
+        self,
+        minibatch: torch.Tensor,
+        size: int,
+        lengths: torch.Tensor,
+        units: torch.Tensor | None = None,
     ) -> Iterator[tuple[torch.Tensor, bool]]:
         """(rows, counted) for each micro-batch of this rank's share, longest rows first so
-        that each micro-batch pads to a length near its own (`lengths` [B]: each row's).
+        that each micro-batch pads to a length near its own (`lengths` [B]: each row's), rows
+        of one prompt together where `units` [B] says which share one (`by_length`).
         A sharded model gathers its weights in every forward and scatters gradients in every
         backward, collectives that all ranks must join: a rank with fewer rows makes up the
         count with uncounted passes over one row, whose loss is multiplied by zero."""
-        own = [rows for rows in by_length(self.share(minibatch), lengths).split(size) if len(rows)]
+        own = [
+            rows
+            for rows in by_length(self.share(minibatch), lengths, units).split(size)
+            if len(rows)
+        ]
         yield from ((rows, True) for rows in own)
         if self.sharded:
             largest = len(minibatch.tensor_split(self.world_size)[0])  # rank 0's share
@@ -82,9 +91,21 @@ class DataParallel:
         return total
 
 
-def by_length(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """`rows` ordered longest first (stable, so equal lengths keep their order)."""
-    return rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+def by_length(
+    rows: torch.Tensor, lengths: torch.Tensor, units: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`rows` ordered longest first (stable, so equal lengths keep their order). With `units`
+    [B] (rows of one prompt share a unit), a unit's rows stay together, units with the longest
+    row first, so a micro-batch cut from the order shares its prompts."""
+    order = torch.argsort(lengths[rows], descending=True, stable=True)
+    if units is not None:
+        unit = units[rows]
+        longest = torch.zeros(int(unit.max()) + 1, dtype=lengths.dtype)
+        longest = longest.scatter_reduce(0, unit, lengths[rows], "amax")
+        # stable sorts, last key first: unit, then the unit's longest row
+        order = order[torch.argsort(unit[order], stable=True)]
+        order = order[torch.argsort(longest[unit[order]], descending=True, stable=True)]
+    return rows[order]
 
 
 def _reduce_bucket(grads: list[torch.Tensor]) -> None:

@@ -43,6 +43,13 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
     return {i for i in ids if i is not None}
 
 
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The forward's KV-cache argument (and output field): transformers 5 renamed
+    `past_key_values` to `cache`. A LoRA wrapper forwards any keyword, so ask the model inside."""
+    parameters = inspect.signature(unwrapped(model).forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class HFEngine:
     """Samples with the training model itself, so weight sync is free (`load_weights` is a no-op)."""
 
@@ -54,12 +61,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)))
         self.pad_id = tokenizer.pad_token_id
-        # transformers 5 renamed `past_key_values` to `cache`; support both generations. A LoRA
-        # wrapper forwards any keyword, so ask the model inside it.
-        forward = unwrapped(model).forward
-        self.cache_arg = (
-            "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-        )
+        self.cache_arg = cache_keyword(model)
 
     def load_weights(self, model: PreTrainedModel) -> None:
         return None

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import torch
 from transformers import PreTrainedModel
 
+from rlvr.train.shared_prefix import Prompts, shared_logits, to_columns
+
 CHUNK_ELEMENTS = 1 << 24  # logits entries upcast to float32 at a time (64 MB)
 
 
@@ -109,17 +111,32 @@ def token_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     sum_pi_squared: torch.Tensor | None = None,
+    prompts: Prompts | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs [B, T-1] of tokens 1..T-1 under the model (logits scaled like the sampler's),
     and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus); a
-    given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position."""
-    device = model.device
-    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+    given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position.
+    With `prompts` (of these rows), each shared prompt runs once and its columns hold 0."""
     scale = temperature if temperature > 0 else 1.0
-    targets = input_ids[:, 1:].to(device)
-    chosen, entropy = ChosenLogprobs.apply(
-        logits[:, :-1], targets, scale, with_entropy, sum_pi_squared
-    )
+    device = model.device
+    if prompts is None:
+        logits = model(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)
+        ).logits
+        chosen, entropy = ChosenLogprobs.apply(
+            logits[:, :-1], input_ids[:, 1:].to(device), scale, with_entropy, sum_pi_squared
+        )
+    else:
+        logits, targets, start, count = shared_logits(model, input_ids, attention_mask, prompts)
+        squares = None
+        if sum_pi_squared is not None:
+            squares = sum_pi_squared.new_zeros(targets.shape)
+        chosen, entropy = ChosenLogprobs.apply(logits, targets, scale, with_entropy, squares)
+        width = input_ids.shape[1] - 1
+        chosen = to_columns(chosen, start, count, width)
+        entropy = to_columns(entropy, start, count, width)
+        if squares is not None:
+            sum_pi_squared.copy_(to_columns(squares, start, count, width))
     if not with_entropy:
         return chosen, None
     return chosen, entropy if entropy_grad else entropy.detach()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from rlvr.distributed.data_parallel import by_length
+from rlvr.train.shared_prefix import Prompts, worth_sharing
 from rlvr.types import Batch, Trajectory
 
 # The phases of step(), in order; they partition it, so their times add up to time/step.
@@ -60,11 +62,14 @@ class ModelShape:
         """A value model on this body: the head is one number per position."""
         return replace(self, head=self.hidden)
 
-    def forward(self, rows: int, width: int, head_tokens: int | None = None) -> float:
-        """FLOPs of one forward over a [rows, width] batch, attention dense over the width (as
-        the kernels compute it); the head on `head_tokens` positions (default: all)."""
+    def forward(
+        self, rows: int, width: int, head_tokens: int | None = None, past: int = 0
+    ) -> float:
+        """FLOPs of one forward over a [rows, width] batch, attention dense over the width and
+        `past` cached positions (as the kernels compute it); the head on `head_tokens`
+        positions (default: all)."""
         tokens = rows * width
-        attention = 4 * self.layers * self.attention_width * rows * width * width
+        attention = 4 * self.layers * self.attention_width * rows * width * (past + width)
         head = tokens if head_tokens is None else head_tokens
         return 2.0 * self.body * tokens + attention + 2.0 * self.head * head
 
@@ -75,17 +80,31 @@ class ModelShape:
         return 2.0 * self.body * length + attention + 2.0 * self.head * head_tokens
 
 
-def micro_batch_forwards(shape: ModelShape, lengths: list[int], micro: int) -> tuple[float, int]:
-    """FLOPs and computed tokens of a teacher-forced pass in micro-batches of `micro` rows,
-    longest first, each trimmed to its longest sequence (the trainer's layout for one
-    minibatch on one rank; with several, each is sorted on its own, which pads a little more)."""
-    flops, computed = 0.0, 0
-    lengths = sorted(lengths, reverse=True)
-    for start in range(0, len(lengths), micro):
-        rows = lengths[start : start + micro]
-        flops += shape.forward(len(rows), max(rows))
-        computed += len(rows) * max(rows)
-    return flops, computed
+def micro_batch_forwards(
+    shape: ModelShape, lengths: torch.Tensor, micro: int, prompts: Prompts | None = None
+) -> tuple[float, int, int]:
+    """FLOPs, computed positions and real (unpadded) positions of a teacher-forced pass in
+    micro-batches of `micro` rows in the trainer's order, each trimmed to its longest sequence
+    (the layout for one minibatch on one rank; with several, each is ordered on its own). With
+    `prompts`, a micro-batch that shares runs each distinct prompt once, the head on its last
+    position only, then every row's suffix attending to the prompts' cache."""
+    flops, computed, real = 0.0, 0, 0
+    units = None if prompts is None else prompts.unit
+    for rows in by_length(torch.arange(len(lengths)), lengths, units).split(micro):
+        if prompts is None or not worth_sharing(prompts, rows):
+            width = int(lengths[rows].max())
+            flops += shape.forward(len(rows), width)
+            computed, real = computed + len(rows) * width, real + int(lengths[rows].sum())
+            continue
+        unit, source = torch.unique(prompts.unit[rows], return_inverse=True)
+        prompt = torch.zeros(len(unit), dtype=torch.long).scatter(0, source, prompts.length[rows])
+        suffix = lengths[rows] - 1 - prompts.length[rows]
+        past, width = int(prompt.max()), int(suffix.max())
+        flops += shape.forward(len(unit), past, head_tokens=len(unit))
+        flops += shape.forward(len(rows), width, past=past)
+        computed += len(unit) * past + len(rows) * width
+        real += int(prompt.sum() + suffix.sum())
+    return flops, computed, real
 
 
 def step_flops(
@@ -94,19 +113,20 @@ def step_flops(
     batch: Batch,
     micro: int,
     passes: dict[str, float],
+    prompts: Prompts | None = None,
 ) -> dict[str, float]:
     """FLOPs of each phase of one step. Generation counts each sequence once with a KV cache
     (what any engine must compute; padding and finished rows an engine keeps are extra).
     `passes`: forward passes over the batch per phase (the update counts 3 per epoch:
-    forward and a backward of twice its cost)."""
+    forward and a backward of twice its cost); `prompts`: the policy passes share them."""
     generated = sum(t.num_generated for t in trajectories)
     # every token but the last is processed once (the last is sampled, never fed back)
     flops = {
         "generate": sum(shape.sequence(len(t.token_ids) - 1, t.num_generated) for t in trajectories)
     }
-    lengths = batch.attention_mask.sum(-1).tolist()
-    policy_pass, computed = micro_batch_forwards(shape, lengths, micro)
-    critic_pass, _ = micro_batch_forwards(shape.critic(), lengths, micro)
+    lengths = batch.attention_mask.sum(-1)
+    policy_pass, computed, real = micro_batch_forwards(shape, lengths, micro, prompts)
+    critic_pass, _, _ = micro_batch_forwards(shape.critic(), lengths, micro)
     for phase, count in passes.items():
         flops[phase] = count * (critic_pass if phase in ("values", "critic") else policy_pass)
     return {
@@ -114,8 +134,9 @@ def step_flops(
         "flops_per_pass/policy": policy_pass,
         "flops_per_pass/critic": critic_pass,
         "tokens/generated": float(generated),
-        "tokens/trained": float(sum(lengths)),
-        "padding/train": 1.0 - sum(lengths) / max(computed, 1),
+        "tokens/trained": float(lengths.sum()),
+        "tokens/shared_prompt": float(lengths.sum() - real),  # positions sharing skipped
+        "padding/train": 1.0 - real / max(computed, 1),
     }
 
 

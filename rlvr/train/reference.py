@@ -25,13 +25,17 @@ class ReferencePolicy:
             self.model.requires_grad_(False)
 
     @torch.no_grad()
-    def logprobs(self, batch: Batch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+    def logprobs(
+        self, batch: Batch, micro_batch_size: int, temperature: float, share_prompt: bool = True
+    ) -> torch.Tensor:
         if not self.shared:
-            return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+            return batch_logprobs(self.model, batch, micro_batch_size, temperature, share_prompt)
         was_training = self.model.training
         self.model.eval()  # as the copy is: no dropout in the base
         try:
             with adapters_disabled(self.model):
-                return batch_logprobs(self.model, batch, micro_batch_size, temperature)
+                return batch_logprobs(
+                    self.model, batch, micro_batch_size, temperature, share_prompt
+                )
         finally:
             self.model.train(was_training)

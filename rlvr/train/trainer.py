@@ -61,7 +61,7 @@ from rlvr.train.setup import (
     build_rollout_source,
     build_update_group,
 )
-from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs
+from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
 
@@ -337,7 +337,9 @@ class Trainer:
             "update": 3.0 * algo.ppo_epochs * bool(result.metrics),
             "critic": 3.0 * algo.critic_updates * algo.ppo_epochs * (self.critic is not None),
         }
-        flops = step_flops(self.shape, trajectories, batch, self.cfg.train.micro_batch_size, passes)
+        prompts = batch_prompts(batch, self.cfg.train.share_prompt)
+        micro = self.cfg.train.micro_batch_size
+        flops = step_flops(self.shape, trajectories, batch, micro, passes, prompts)
         return {**flops, **utilisation({**flops, **timings}, peak_flops())}
 
     def rollout(
@@ -436,6 +438,7 @@ class Trainer:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
         cfg = self.cfg
         micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
+        share = cfg.train.share_prompt
         old = ref = None
         timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
         on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
@@ -447,11 +450,11 @@ class Trainer:
         precision = autocast(cfg.train.autocast, self.model.device)
         if not on_policy or cfg.algo.tis != "off" or wants_squares:
             with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(self.model, batch, micro, temperature, squares)
+                old = batch_logprobs(self.model, batch, micro, temperature, share, squares)
             extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"), precision:
-                ref = self.reference.logprobs(batch, micro, temperature)
+                ref = self.reference.logprobs(batch, micro, temperature, share)
         values = None
         if self.critic is not None:
             with timed(timings, "time/values"):

@@ -20,6 +20,7 @@ from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
 from rlvr.train.logprobs import autocast, token_logprobs
+from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.types import Batch
 
 
@@ -47,10 +48,21 @@ def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
     return int(attention[batch_rows].sum(-1).max())
 
 
-def micro_logprobs(model, batch: Batch, rows: torch.Tensor, temperature: float, **stats):
+def micro_logprobs(
+    model, batch: Batch, rows: torch.Tensor, temperature: float, prompts: Prompts | None, **stats
+):
     width = trim(rows, batch.attention_mask)
     input_ids, attention = batch.input_ids[rows, :width], batch.attention_mask[rows, :width]
+    if prompts is not None and worth_sharing(prompts, rows):
+        stats["prompts"] = Prompts(prompts.unit[rows], prompts.length[rows])
     return token_logprobs(model, input_ids, attention, temperature, **stats)
+
+
+def batch_prompts(batch: Batch, share_prompt: bool) -> Prompts | None:
+    """The batch's shared prompts when train.share_prompt is on."""
+    if not share_prompt:
+        return None
+    return find_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
 
 
 @torch.no_grad()
@@ -59,18 +71,21 @@ def batch_logprobs(
     batch: Batch,
     micro_batch_size: int,
     temperature: float,
+    share_prompt: bool = True,
     sum_pi_squared: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
     `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward."""
     out = torch.zeros_like(batch.loss_mask)
+    prompts = batch_prompts(batch, share_prompt)
+    units = None if prompts is None else prompts.unit
     everything = torch.arange(len(batch))
-    for rows in by_length(everything, batch.attention_mask.sum(-1)).split(micro_batch_size):
+    for rows in by_length(everything, batch.attention_mask.sum(-1), units).split(micro_batch_size):
         width = trim(rows, batch.attention_mask) - 1
         squares = None
         if sum_pi_squared is not None:
             squares = torch.zeros(len(rows), width, device=model.device)
-        lp, _ = micro_logprobs(model, batch, rows, temperature, sum_pi_squared=squares)
+        lp, _ = micro_logprobs(model, batch, rows, temperature, prompts, sum_pi_squared=squares)
         out[rows, :width] = lp.float().cpu()
         if squares is not None:
             sum_pi_squared[rows, :width] = squares.cpu()
@@ -98,6 +113,7 @@ def micro_batch_loss(
     loss_fn,
     kl_fn: KLFn | None,
     record: torch.Tensor | None = None,
+    prompts: Prompts | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of one micro-batch, scaled so the micro-batches of a minibatch sum to its loss;
     `num_seqs` and `num_tokens` are the minibatch's (`normalisers`); `record` [B, T-1], where
@@ -105,8 +121,9 @@ def micro_batch_loss(
     algo, device = cfg.algo, model.device
     bonus = algo.entropy_coef > 0
     logprobs, entropy = micro_logprobs(
-        model, data.batch, rows, cfg.rollout.temperature, with_entropy=True, entropy_grad=bonus
-    )
+        model, data.batch, rows, cfg.rollout.temperature, prompts,
+        with_entropy=True, entropy_grad=bonus,
+    )  # fmt: skip
     width = logprobs.shape[1]
     if record is not None:
         record[rows, :width] = logprobs.detach().float().cpu()
@@ -163,6 +180,8 @@ def policy_update(
     single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
     lengths = batch.attention_mask.sum(-1)
+    prompts = batch_prompts(batch, cfg.train.share_prompt)
+    units = None if prompts is None else prompts.unit
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -170,12 +189,14 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
             step_metrics: dict[str, float] = defaultdict(float)
-            micro_batches = parallel.micro_batches(minibatch, cfg.train.micro_batch_size, lengths)
+            micro_batches = parallel.micro_batches(
+                minibatch, cfg.train.micro_batch_size, lengths, units
+            )
             for rows, counted in micro_batches:
                 with autocast(cfg.train.autocast, model.device):
                     loss, metrics = micro_batch_loss(
                         model, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
-                        trainer_logprobs if counted else None,
+                        trainer_logprobs if counted else None, prompts,
                     )  # fmt: skip
                 (loss if counted else 0.0 * loss).backward()
                 for name, value in metrics.items() if counted else ():

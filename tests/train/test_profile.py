@@ -22,6 +22,7 @@ from rlvr.train.profile import (
     step_total,
     utilisation,
 )
+from rlvr.train.shared_prefix import find_prompts
 from rlvr.train.trainer import Trainer
 from rlvr.types import Batch, Problem, Trajectory
 
@@ -102,7 +103,30 @@ def test_step_flops_by_hand():
     assert got["flops/values"] == pytest.approx(critic)
     assert got["padding/train"] == pytest.approx(1 - 16 / 19)
     assert got["tokens/generated"] == 8 and got["tokens/trained"] == 16
-    assert micro_batch_forwards(shape, [5, 8, 3], 3) == (shape.forward(3, 8), 24)
+    assert micro_batch_forwards(shape, torch.tensor([5, 8, 3]), 3) == (shape.forward(3, 8), 24, 16)
+
+
+def test_shared_prompts_are_counted_once_per_micro_batch():
+    shape = ModelShape(body=100, head=20, layers=2, attention_width=4, hidden=5)
+    # two prompts: 4 tokens x 2 samples (lengths 7, 9), 2 tokens x 1 sample (length 5)
+    samples = [trajectory(5, 2), trajectory(5, 4), trajectory(3, 2)]
+    samples[2].token_ids = [2] * 5
+    batch = Batch.from_trajectories(samples, 0)
+    prompts = find_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
+    assert prompts.length.tolist() == [4, 4, 2]
+    got = step_flops(shape, samples, batch, 3, {"update": 3.0}, prompts)
+    # the prompts [2, 4 tokens] left-padded to 4, the head on their last position; then the
+    # suffixes (2, 4, 2 positions) padded to 4, attending to 4 cached positions and their own
+    attention = 4 * 2 * 4
+    prefix = 2 * 100 * 8 + attention * 2 * 16 + 2 * 20 * 2
+    suffix = 2 * 120 * 12 + attention * 3 * 4 * 8
+    assert got["flops_per_pass/policy"] == pytest.approx(prefix + suffix)
+    assert got["tokens/trained"] == 21 and got["tokens/shared_prompt"] == 21 - 14
+    assert got["padding/train"] == pytest.approx(1 - 14 / 20)
+    # a micro-batch in which no prompt has two rows runs as one plain forward
+    alone = step_flops(shape, samples, batch, 1, {"update": 3.0}, prompts)
+    plain = step_flops(shape, samples, batch, 1, {"update": 3.0})
+    assert alone["flops_per_pass/policy"] == plain["flops_per_pass/policy"]
 
 
 def test_utilisation_and_cost_model_by_hand():

@@ -152,7 +152,7 @@ def test_entropy_bonus_raises_entropy(tiny_model, tokenizer):
         data = UpdateInputs(batch, zero_adv, old, None)
         policy_update(model, optimizer, scheduler, data, cfg, ppo_clip, None, torch.Generator())
         with torch.no_grad():
-            _, entropy = micro_logprobs(model, batch, torch.arange(8), 1.0, with_entropy=True)
+            _, entropy = micro_logprobs(model, batch, torch.arange(8), 1.0, None, with_entropy=True)
         return float((entropy * batch.loss_mask).sum())
 
     assert entropy_after(0.0) == entropy_after(0.0)
