@@ -533,8 +533,8 @@ class TrainConfig(Section):
         True,
         description="Training and old/reference logprob passes run the prompt that a group's "
         "samples share once per micro-batch and reuse its KV cache (with grad) for every sample: "
-        "the same logprobs and gradients for less compute. false for a model whose forward "
-        "cannot continue from a cache.",
+        "the same logprobs and gradients for less compute (an FSDP2-sharded update runs "
+        "without it). false for a model whose forward cannot continue from a cache.",
     )
     seed: int = Field(
         0, description="Global seed: data order, sampling (with step and sample index), init."

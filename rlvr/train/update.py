@@ -180,7 +180,8 @@ def policy_update(
     single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
     lengths = batch.attention_mask.sum(-1)
-    prompts = batch_prompts(batch, cfg.train.share_prompt)
+    # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it
+    prompts = batch_prompts(batch, cfg.train.share_prompt and not parallel.sharded)
     units = None if prompts is None else prompts.unit
     model.train()
     for _ in range(algo.ppo_epochs):
