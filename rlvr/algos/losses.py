@@ -134,6 +134,17 @@ def _below(ratio: torch.Tensor, inputs: LossInputs, algo: AlgoConfig) -> torch.T
     return (inputs.advantages < 0) & (ratio < 1 - algo.clip_low)
 
 
+def _dual_clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate whose loss for A < 0 is capped at dual_clip_c * |A|; also where
+    the ratio clip binds and where the cap does."""
+    per_token, clipped = _clipped_surrogate(ratio, advantages, algo)
+    cap = -advantages * algo.dual_clip_c
+    capped = (advantages < 0) & (per_token > cap)
+    return torch.where(capped, cap, per_token), clipped, capped
+
+
 # ---- losses: fn(inputs, algo) -> LossOutput ----
 
 
@@ -156,13 +167,32 @@ def dual_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     verl's compute_policy_loss_vanilla (clip_ratio_c).
     """
     log_ratio = _log_ratio(inputs)
-    ratio, adv = log_ratio.exp(), inputs.advantages
-    per_token, clipped = _clipped_surrogate(ratio, adv, algo)
-    cap = -adv * algo.dual_clip_c
-    capped = (adv < 0) & (per_token > cap)
+    ratio = log_ratio.exp()
+    per_token, clipped, capped = _dual_clipped_surrogate(ratio, inputs.advantages, algo)
     metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
     metrics["dual_clip_frac"] = _token_avg(capped, inputs)
-    return LossOutput(_aggregate(torch.where(capped, cap, per_token), inputs, algo), metrics)
+    return LossOutput(_aggregate(per_token, inputs, algo), metrics)
+
+
+def up(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """UP (arXiv:2607.06987): unclipped REINFORCE where A > 0, dual_clip's surrogate where A <= 0.
+
+    A positive token's term is -A * pi / sg(pi), the self-anchored ratio: its value is 1 and its
+    gradient -A grad log pi, so a rare correct token is pushed with neither pi_old's anchor nor
+    the upper clip. Negative tokens keep the clipped surrogate capped at dual_clip_c * |A|: the
+    paper finds that lifting the bound on both signs collapses within ~25 steps. `clip_frac` and
+    `dual_clip_frac` count only A <= 0 tokens, as A > 0 is never clipped (verl PR #7022).
+    """
+    log_ratio = _log_ratio(inputs)
+    ratio, adv = log_ratio.exp(), inputs.advantages
+    lp = _policy_logprobs(inputs)
+    anchored = -adv * (lp - lp.detach()).exp()
+    surrogate, clipped, capped = _dual_clipped_surrogate(ratio, adv, algo)
+    positive = adv > 0
+    metrics = _ratio_metrics(log_ratio, clipped & ~positive, _below(ratio, inputs, algo), inputs)
+    metrics["dual_clip_frac"] = _token_avg(capped, inputs)
+    per_token = torch.where(positive, anchored, surrogate)
+    return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
 def gspo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
@@ -403,6 +433,7 @@ LossFn = Callable[[LossInputs, AlgoConfig], LossOutput]
 LOSSES: dict[str, LossFn] = {
     "ppo_clip": ppo_clip,
     "dual_clip": dual_clip,
+    "up": up,
     "gspo": gspo,
     "gmpo": gmpo,
     "cispo": cispo,
