@@ -146,6 +146,25 @@ class TaskConfig(BaseModel):
         "file and line, 'skip' drops the row, 'truncate' cuts the prompt's longest message from "
         "the start (its end, where the question usually is, is kept).",
     )
+    filter: list[Literal["verifier_consistent", "solvable"]] = Field(
+        default_factory=list,
+        description="River: screen task.filter_pool train problems before RL and train only on "
+        "those kept: 'verifier_consistent' (the verifier accepts the task's own demonstration "
+        "and rejects an empty reply and another problem's answer), 'solvable' (task.filter_oracle "
+        "solves it within task.filter_k tries). Eval problems are never filtered.",
+    )
+    filter_pool: int = Field(
+        512, gt=0, description="task.filter: how many train problems (the first ones) are screened."
+    )
+    filter_oracle: str = Field(
+        "policy",
+        description="task.filter 'solvable': who tries the problems: 'policy' (the run's starting "
+        "policy), a model path or hub id, or a 'module:function' taking the conversation "
+        "(messages) and returning the next reply.",
+    )
+    filter_k: int = Field(
+        4, gt=0, description="task.filter 'solvable': tries the oracle gets per problem."
+    )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -450,6 +469,23 @@ class AlgoConfig(Section):
     mask_truncated: bool = Field(
         False,
         description="DAPO: responses cut by max_new_tokens get no loss (their mask is zeroed).",
+    )
+    repetition_penalty_delta: float = Field(
+        0.0,
+        ge=0,
+        description="River: add -delta to the advantages of each turn whose action and "
+        "observation both repeat an earlier turn's (Jaccard > repetition_jaccard); 0 disables "
+        "(the paper: 0.05).",
+    )
+    repetition_jaccard: float = Field(
+        0.8,
+        ge=0,
+        lt=1,
+        description="River: Jaccard similarity of whitespace-separated words above which two "
+        "turns' actions (and observations) count as the same.",
+    )
+    repetition_cap: float = Field(
+        0.15, gt=0, description="River: most repetition penalty in total per episode."
     )
     tis: Literal["off", "token", "sequence"] = Field(
         "off",

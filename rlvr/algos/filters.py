@@ -1,4 +1,5 @@
-"""Group filters: which groups of a rollout batch carry a learning signal."""
+"""Group filters: which groups of a rollout batch carry a learning signal; and problem filters:
+which train problems are worth training on at all (River's environment screening)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,17 @@ def usable_samples(
     groups = int(index.max()) + 1 if len(index) else 0
     remaining = torch.zeros(groups, dtype=torch.long).index_add_(0, index, ok.long())
     return ok & (remaining[index] >= min_group_size)
+
+
+def solved_within(correct: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask [N] of problems an oracle solved at least once in its first k tries; correct [N, tries]
+    bool. River keeps a problem only if a strong agent passes it within 2 tries: one that no
+    policy solves teaches nothing, and is often one whose verifier is broken."""
+    return correct[:, :k].any(dim=1)
+
+
+def consistent_verifiers(reference: torch.Tensor, probes: torch.Tensor) -> torch.Tensor:
+    """Mask [N] of problems whose verifier accepted the reference solution (reference [N] bool)
+    and rejected every known-wrong probe reply (probes [N, P] bool, True = accepted): a verifier
+    that fails its own answer, or passes an empty or another problem's answer, rewards noise."""
+    return reference & ~probes.any(dim=1)

@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from rlvr.algos.advantages import AdvInputs, RunningMean
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
-from rlvr.algos.shaping import overlong_penalty, time_rewards
+from rlvr.algos.shaping import overlong_penalty, repetition_offsets, time_rewards
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import (
@@ -61,6 +62,7 @@ from rlvr.train.setup import (
     build_rollout_source,
     build_update_group,
 )
+from rlvr.train.task_filter import screen_task
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
@@ -128,6 +130,10 @@ class Trainer:
         peak_flops()  # measured once per process, here at start-up rather than inside a step
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
         model_path = policy_path(cfg, self.components.task)
+        if cfg.task.filter:  # River: train only on screened problems (the warm start saw all)
+            self.components.task = screen_task(
+                cfg, self.components, self.model, self.tokenizer, self.display.message
+            )
         self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
         a = cfg.algo
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
@@ -203,6 +209,8 @@ class Trainer:
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
         if "reward_baseline" in state:  # absent from checkpoints written before it existed
             self.reward_baseline.load_state_dict(state.pop("reward_baseline"))
+        if "task" in state:  # a task with state of its own (e.g. tree_search's curriculum)
+            self.components.task.load_state_dict(state.pop("task"))
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
         self.state = state
@@ -232,6 +240,8 @@ class Trainer:
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
+        if hasattr(self.components.task, "state_dict"):
+            state["task"] = self.components.task.state_dict()
         step, directory = self.state["step"], self.run_dir.checkpoints
         try:
             u = self.updater
@@ -259,6 +269,8 @@ class Trainer:
         cfg, timings = self.cfg, {}
         start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
+        if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
+            sampling.update(self.components.task.observe(trajectories))
         timings["time/rollout"] = (
             time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
         )
@@ -285,7 +297,16 @@ class Trainer:
             else (None, None)
         )
         components = reward_components(trajectories, cfg.task.rewards)
-        data, extra = self.prepare_update(batch, baselines, segments, components, timings)
+        a, offsets = cfg.algo, None
+        if a.repetition_penalty_delta:  # River: repeated turns' tokens get -delta advantage
+            decode = partial(self.tokenizer.decode, skip_special_tokens=True)
+            offsets, repeated = repetition_offsets(
+                trajectories, batch.turn_ids, decode, a.repetition_jaccard,
+                a.repetition_penalty_delta, a.repetition_cap,
+            )  # fmt: skip
+        data, extra = self.prepare_update(batch, baselines, segments, components, timings, offsets)
+        if offsets is not None:
+            extra["shaping/repeated_turns"] = repeated
         extra.update(sampling)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
@@ -434,6 +455,7 @@ class Trainer:
         segments: tuple[torch.Tensor | None, torch.Tensor | None],
         components: tuple[torch.Tensor | None, torch.Tensor | None],
         timings: dict[str, float],
+        advantage_offsets: torch.Tensor | None = None,
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
         cfg = self.cfg
@@ -484,6 +506,8 @@ class Trainer:
             if targets is not None
             else (advantages + values) * batch.loss_mask
         )  # critic targets
+        if advantage_offsets is not None:  # after the critic's targets: shaping is no return
+            advantages = advantages + advantage_offsets
         if cfg.algo.tis != "off":
             # Scaling the advantage by a non-negative, stop-gradient weight scales every
             # registered loss's per-token term by it, so the correction needs no loss changes.
