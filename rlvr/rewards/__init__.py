@@ -5,6 +5,7 @@ from rlvr.rewards.base import RewardFn, score_safely
 from rlvr.rewards.code import CodeTests
 from rlvr.rewards.combine import gated, weighted
 from rlvr.rewards.countdown import countdown_check
+from rlvr.rewards.edit_distance import exact_reply, levenshtein
 from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.judge import HFJudge
@@ -13,6 +14,7 @@ from rlvr.rewards.math import MathEqual
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
 from rlvr.rewards.reasoning_gym import reasoning_gym_score
 from rlvr.rewards.reward_model import RewardModel
+from rlvr.rewards.spurious import RandomReward
 
 __all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "weighted"]
 
@@ -29,4 +31,7 @@ REWARDS: dict[str, RewardFn] = {
     "reward_model": RewardModel,
     "judge": HFJudge,
     "reasoning_gym": reasoning_gym_score,
+    "exact_reply": exact_reply,
+    "levenshtein": levenshtein,
+    "random": RandomReward,
 }

@@ -5,9 +5,12 @@ from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
+from rlvr.tasks.nested_levels import NestedLevelsTask
 from rlvr.tasks.nim import NimTask
 from rlvr.tasks.reasoning_gym import ReasoningGymTask
 from rlvr.tasks.search_qa import SearchQATask
+from rlvr.tasks.target_string import TargetStringTask
+from rlvr.tasks.tree_search import TreeSearchTask
 
 __all__ = [
     "TASKS",
@@ -15,10 +18,13 @@ __all__ = [
     "CountdownTask",
     "GuessNumberTask",
     "JsonlTask",
+    "NestedLevelsTask",
     "NimTask",
     "ReasoningGymTask",
     "SearchQATask",
+    "TargetStringTask",
     "Task",
+    "TreeSearchTask",
 ]
 
 TASKS: dict[str, type[Task]] = {
@@ -26,7 +32,10 @@ TASKS: dict[str, type[Task]] = {
     "countdown": CountdownTask,
     "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
+    "nested_levels": NestedLevelsTask,
     "nim": NimTask,
     "reasoning_gym": ReasoningGymTask,
     "search_qa": SearchQATask,
+    "target_string": TargetStringTask,
+    "tree_search": TreeSearchTask,
 }

@@ -73,3 +73,20 @@ def test_gated_components_count_only_after_earlier_ones_pass():
     unformatted = reward(problem, "4")  # the first gate closes everything after it
     assert unformatted.value == 0.0 and unformatted.status == "wrong"
     assert calls == ["work #### 4"]  # gated-off components never run
+
+
+def test_a_crashing_gate_closes_the_levels_after_it_and_reports_the_crash():
+    from rlvr.rewards import gated
+
+    def raises(problem, response):
+        raise RuntimeError("boom")
+
+    calls = []
+    registry = {
+        "level1": lambda p, r: Score(1.0, "ok"),
+        "level2": raises,
+        "level3": lambda p, r: calls.append(r) or Score(1.0, "ok"),
+    }
+    score = gated({"level1": 0.5, "level2": 0.3, "level3": 0.2}, registry)(PROBLEM, "y")
+    assert (score.value, score.status) == (0.5, "crash")
+    assert score.info["error"] == "level2: RuntimeError: boom" and calls == []

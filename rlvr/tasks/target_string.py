@@ -1,0 +1,96 @@
+"""Say one fixed target string, whatever the prompt's cue: a toy where the base model's prior on
+the answer is set by its warm start (SFT+ shows the target, SFT- never does), for studying when
+RL can find a behaviour (exploration, dense vs sparse rewards, spurious rewards)."""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks.base import EpochOrder, GeneratedTask, seeded_rng
+from rlvr.types import Problem
+
+LETTERS = string.ascii_lowercase
+CUE_LETTERS = 4  # 26**4 distinct prompts: a broad distribution unless train_prompts narrows it
+
+
+class TargetStringParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(
+        "reward",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z]+$",
+        description="The string every reply should be (lowercase letters a-z).",
+    )
+    prior: Literal["plain", "plus", "minus"] = Field(
+        "plus",
+        description="What the warm start shows the model: 'plain' random strings of the "
+        "target's length (the target only by chance, 26**-len), 'plus' (SFT+) the target, "
+        "with model.pretrain_flawed_share of them random strings instead, 'minus' (SFT-) "
+        "random strings that are never the target.",
+    )
+    train_prompts: int = Field(
+        0,
+        ge=0,
+        description="Train on this many distinct prompts (a narrow set; eval stays broad, on "
+        "fresh cues); 0 draws a fresh cue for every train problem.",
+    )
+
+
+class TargetStringTask(GeneratedTask):
+    """Reply with a fixed target string; the warm start sets how likely the base says it."""
+
+    name = "target_string"
+    verifier = "exact_reply"
+    Params = TargetStringParams
+
+    def __init__(self, params: TargetStringParams, seed: int, eval_size: int):
+        self.params = params
+        super().__init__(seed, eval_size)
+        self._pool = EpochOrder(self._narrow_cues(), seed) if params.train_prompts else None
+
+    def _narrow_cues(self) -> list[str]:
+        cues: dict[str, None] = {}  # insertion-ordered set
+        for index in range(self.max_attempts):
+            cues.setdefault(super().train_problem(index).metadata["cue"])
+            if len(cues) == self.params.train_prompts:
+                return list(cues)
+        raise ValueError(
+            f"target_string: found only {len(cues)} distinct train prompts for "
+            f"task.train_prompts={self.params.train_prompts}; lower it"
+        )
+
+    def _filler(self, rng: random.Random) -> str:
+        """A random string of the target's length (never the target under prior 'minus')."""
+        while True:
+            text = "".join(rng.choice(LETTERS) for _ in self.params.target)
+            if self.params.prior != "minus" or text != self.params.target:
+                return text
+
+    def _problem(self, cue: str, rng: random.Random) -> Problem:
+        return Problem(
+            id=f"target_string-{cue}",
+            prompt=f"Say the word ({cue})",
+            answer=self.params.target,
+            domain="target_string",
+            metadata={"cue": cue, "filler": self._filler(rng)},
+        )
+
+    def draw(self, rng: random.Random) -> Problem:
+        return self._problem("".join(rng.choice(LETTERS) for _ in range(CUE_LETTERS)), rng)
+
+    def train_problem(self, index: int) -> Problem:
+        if self._pool is None:
+            return super().train_problem(index)
+        # The warm start's random strings stay fresh per index even when the prompts repeat.
+        return self._problem(self._pool[index], seeded_rng(self.seed, "train-narrow", index))
+
+    def demonstration(self, problem: Problem, flawed: bool = False) -> str:
+        if self.params.prior == "plus" and not flawed:
+            return self.params.target
+        return problem.metadata["filler"]
