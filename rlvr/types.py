@@ -99,6 +99,7 @@ class Batch:
     token_rewards: Any  # [B, T-1] float: each turn's reward on that turn's last policy token
     turn_ids: Any  # [B, T-1] long: the turn each policy token belongs to, -1 elsewhere
     turn_rewards: Any  # [B, K] float: each turn's reward, NaN past the episode's last turn
+    domains: Any = None  # [B] str: each row's Problem.domain (poise fits a probe per domain)
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_id: int) -> Batch:
@@ -137,6 +138,7 @@ class Batch:
             token_rewards=token_rewards[:, 1:],
             turn_ids=turn_ids[:, 1:],
             turn_rewards=turn_rewards,
+            domains=[t.problem.domain for t in trajectories],
         )
 
     def __len__(self) -> int:

@@ -38,6 +38,8 @@ class AdvInputs:
     sum_pi_squared: torch.Tensor | None = None  # [B, T]
     reward_components: torch.Tensor | None = None  # [B, K] each named reward's own value (gdpo)
     reward_weights: torch.Tensor | None = None  # [K] their weights; None = all 1
+    # poise: each rollout's predicted success rate g(z_i) from the hidden-state probe
+    probe_predictions: torch.Tensor | None = None  # [B]
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -148,6 +150,28 @@ def rloo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     n = counts[index].double()
     # r_i - (n*mean - r_i)/(n-1) == n/(n-1) * (r_i - mean); a group of one has no others: 0
     return _broadcast(n / (n - 1).clamp(min=1) * (rewards - mean), inputs.loss_mask)
+
+
+def sibling_mean(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """[B]: the mean of `values` over the *other* members of each row's group (0 for a group of
+    one, which has no others). values, group_ids: [B]."""
+    _, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    sums = values.new_zeros(len(counts)).index_add_(0, index, values)
+    return (sums[index] - values) / (counts[index] - 1).clamp(min=1)
+
+
+def poise(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """POISE (arXiv 2605.07579): reward minus the mean probe prediction of the *other* rollouts.
+
+    b_i = mean_{j != i} g(z_j), so the baseline never sees rollout i's own features and the
+    policy gradient stays unbiased; with predictions = rewards this is exactly rloo (the
+    trainer's bootstrap). A group of one gets 0."""
+    source = "the trainer fills from its hidden-state probe (rlvr.models.probe)"
+    predictions = _require(inputs, "probe_predictions", "poise", source).double()
+    rewards = inputs.rewards.double()
+    _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
+    adv = torch.where(counts[index] > 1, rewards - sibling_mean(predictions, inputs.group_ids), 0.0)
+    return _broadcast(adv, inputs.loss_mask)
 
 
 def gpg(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -446,7 +470,7 @@ def mt_otb(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
 
 
 for _fn in (grpo, mt_grpo, dr_grpo, rloo, gpg, gdpo, reinforce_pp_baseline, opo, max_passk, tree,
-            otb, mt_otb):  # fmt: skip
+            otb, mt_otb, poise):  # fmt: skip
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
 passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
@@ -456,6 +480,7 @@ remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
 otb.requires = mt_otb.requires = ("old_logprobs", "sum_pi_squared")
+poise.requires = ("probe_predictions",)
 
 ADVANTAGES: dict[str, AdvantageFn] = {
     "grpo": grpo,
@@ -475,4 +500,5 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "tree": tree,
     "otb": otb,
     "mt_otb": mt_otb,
+    "poise": poise,
 }

@@ -49,6 +49,7 @@ PRODUCED_FIELDS = {
     "sum_pi_squared",
     "reward_components",
     "reward_weights",
+    "probe_predictions",
 }
 
 

@@ -29,6 +29,7 @@ from rlvr.models.lora import (
     is_lora,
     save_final,
 )
+from rlvr.models.probe import LayerFeatures, Probe
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
@@ -139,6 +140,7 @@ class Trainer:
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
+        self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
@@ -213,6 +215,8 @@ class Trainer:
             self.components.task.load_state_dict(state.pop("task"))
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
+        if self.probe is not None:
+            self.probe.load_state_dict(state.pop("probe"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -239,6 +243,8 @@ class Trainer:
         )  # batches sampled ahead (rollout.max_staleness)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
+        if self.probe is not None:
+            state["probe"] = self.probe.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         if hasattr(self.components.task, "state_dict"):
             state["task"] = self.components.task.state_dict()
@@ -467,12 +473,18 @@ class Trainer:
         # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
         wants_squares = "sum_pi_squared" in self.components.requires
         squares = torch.zeros_like(batch.loss_mask) if wants_squares else None
+        # poise's probe reads hidden states of that pass too (a hook on one layer)
+        probe, features = self.probe, None
+        if probe is not None:
+            features = LayerFeatures(self.model, cfg.algo.poise_layer, len(batch))
         extra = {}
         # old and reference logprobs in the precision the update computes the new ones in
         precision = autocast(cfg.train.autocast, self.model.device)
-        if not on_policy or cfg.algo.tis != "off" or wants_squares:
+        if not on_policy or cfg.algo.tis != "off" or wants_squares or probe is not None:
             with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(self.model, batch, micro, temperature, share, squares)
+                old = batch_logprobs(
+                    self.model, batch, micro, temperature, share, squares, features
+                )
             extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"), precision:
@@ -496,8 +508,16 @@ class Trainer:
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
+        if probe is not None:  # the probe as fitted on earlier steps only
+            domains, step = batch.domains or ["default"] * len(batch), self.state["step"]
+            guess = probe.baselines(features.values, domains, inputs.rewards, step)
+            inputs.probe_predictions = guess.predictions
         advantages = self.components.advantage(inputs, cfg.algo)
         self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch
+        if probe is not None:  # likewise the probe: refitted only after its advantages
+            extra.update(
+                probe.update(features.values, domains, inputs.rewards, batch.group_ids, guess)
+            )
         targets = getattr(self.components.advantage, "critic_targets", None)  # e.g. gae's lam=1
         returns = (
             None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
@@ -22,6 +24,9 @@ from rlvr.train.checkpoint import Restored
 from rlvr.train.logprobs import autocast, token_logprobs
 from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.types import Batch
+
+if TYPE_CHECKING:
+    from rlvr.models.probe import LayerFeatures
 
 
 def make_optimizer(cfg: Config, model) -> torch.optim.Optimizer:
@@ -73,11 +78,14 @@ def batch_logprobs(
     temperature: float,
     share_prompt: bool = True,
     sum_pi_squared: torch.Tensor | None = None,
+    features: LayerFeatures | None = None,
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
-    `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward."""
+    `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward, and
+    given `features` (poise's probe) receive each row's hidden-state features from it too."""
     out = torch.zeros_like(batch.loss_mask)
-    prompts = batch_prompts(batch, share_prompt)
+    # the probe reads the prompt's hidden states, so that pass runs each row whole, unshared
+    prompts = batch_prompts(batch, share_prompt and features is None)
     units = None if prompts is None else prompts.unit
     everything = torch.arange(len(batch))
     for rows in by_length(everything, batch.attention_mask.sum(-1), units).split(micro_batch_size):
@@ -85,10 +93,17 @@ def batch_logprobs(
         squares = None
         if sum_pi_squared is not None:
             squares = torch.zeros(len(rows), width, device=model.device)
-        lp, _ = micro_logprobs(model, batch, rows, temperature, prompts, sum_pi_squared=squares)
+        with features.capture() if features is not None else nullcontext():
+            lp, entropy = micro_logprobs(
+                model, batch, rows, temperature, prompts, sum_pi_squared=squares,
+                with_entropy=features is not None,
+            )  # fmt: skip
         out[rows, :width] = lp.float().cpu()
         if squares is not None:
             sum_pi_squared[rows, :width] = squares.cpu()
+        if features is not None:
+            attention = batch.attention_mask[rows, : width + 1]
+            features.add(rows, attention, batch.loss_mask[rows, :width], entropy)
     return out
 
 

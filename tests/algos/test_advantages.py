@@ -22,12 +22,14 @@ from rlvr.algos.advantages import (
     opo,
     otb,
     passk,
+    poise,
     policy_lambda,
     reinforce_pp,
     reinforce_pp_baseline,
     remax,
     rloo,
     running_mean,
+    sibling_mean,
     token_rewards_or_outcome,
     tree,
 )
@@ -526,6 +528,7 @@ def binary_batch(rewards, group_ids, mask):
     x.reward_mean = torch.tensor(0.25)
     x.old_logprobs = torch.full(x.loss_mask.shape, math.log(0.5))
     x.sum_pi_squared = torch.full(x.loss_mask.shape, 0.3)
+    x.probe_predictions = x.rewards.double()  # poise's bootstrap: rloo
     return x
 
 
@@ -547,7 +550,7 @@ def test_every_estimator_gives_finite_zeros_without_policy_tokens(name):
 
 GROUP_ESTIMATORS = [
     "grpo", "mt_grpo", "dr_grpo", "rloo", "gpg", "gdpo", "reinforce_pp_baseline", "opo", "passk",
-    "max_passk", "tree",
+    "max_passk", "tree", "poise",
 ]  # fmt: skip
 # otb's group baseline is per step: where only the longest sample has a token, that token's
 # advantage is its own return, so an all-equal group is not all zero
@@ -590,6 +593,7 @@ def test_registry_metadata():
         "max_passk",
         "otb",
         "mt_otb",
+        "poise",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
@@ -605,6 +609,7 @@ def test_registry_metadata():
     assert tree.requires == ("segment_advantages", "segment_weights")
     assert running_mean.requires == ("reward_mean",)
     assert otb.requires == mt_otb.requires == ("old_logprobs", "sum_pi_squared")
+    assert poise.requires == ("probe_predictions",)
     assert gae.critic_targets is gae_targets
 
 
@@ -815,3 +820,74 @@ def test_running_mean_state_updates_and_round_trips():
     assert other.state_dict() == b.state_dict()
     assert other.update(torch.tensor([1.0])) == b.update(torch.tensor([1.0]))
     assert b.value == pytest.approx(0.9 * 0.675 + 0.1)  # .7075
+
+
+def poise_inputs(rewards, group_ids, predictions):
+    data = inputs(rewards, group_ids)
+    data.probe_predictions = torch.tensor(predictions, dtype=torch.float64)
+    return data
+
+
+def test_poise_with_predictions_equal_to_rewards_is_rloo():
+    # the trainer's bootstrap: the sibling mean of the rewards is rloo's leave-one-out baseline
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(12, generator=g).tolist()
+    groups = [0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 4]  # sizes 2, 3, 4, 2 and a group of one
+    adv = poise(poise_inputs(rewards, groups, rewards), AlgoConfig())
+    torch.testing.assert_close(adv, rloo(inputs(rewards, groups), AlgoConfig()), atol=1e-6, rtol=0)
+    assert torch.equal(adv[-1], torch.zeros(3))  # a group of one: no siblings, no advantage
+
+
+def test_poise_golden_cross_rollout_baseline():
+    # group 0 (G=2): A_1 = r_1 - g_2 = 1 - 0.3, A_2 = r_2 - g_1 = 0 - 0.9
+    # group 1 (G=3): b_i = mean of the other two predictions
+    #   A = 1 - (0.2 + 0.6) / 2 = 0.6,  0 - (0.4 + 0.6) / 2 = -0.5,  1 - (0.4 + 0.2) / 2 = 0.7
+    data = poise_inputs([1, 0, 1, 0, 1], [7, 7, 3, 3, 3], [0.9, 0.3, 0.4, 0.2, 0.6])
+    adv = poise(data, AlgoConfig())
+    expected = torch.tensor([0.7, -0.9, 0.6, -0.5, 0.7], dtype=torch.float64)
+    torch.testing.assert_close(per_seq(adv), expected, atol=1e-6, rtol=0)
+    mask = torch.tensor([[1.0, 1, 0]] * 5)
+    data.loss_mask = mask
+    assert torch.equal(poise(data, AlgoConfig()) == 0, mask == 0)  # policy tokens only
+    assert torch.equal(sibling_mean(torch.tensor([2.0, 4.0, 5.0]), torch.tensor([0, 0, 1])),
+                       torch.tensor([4.0, 2.0, 0.0]))  # fmt: skip
+
+
+def test_poise_needs_probe_predictions():
+    assert poise.requires == ("probe_predictions",) and ADVANTAGES["poise"] is poise
+    with pytest.raises(ValueError, match="probe_predictions"):
+        poise(inputs([1, 0], [0, 0]), AlgoConfig())
+
+
+def bandit_gradient(baseline: str, groups=20000, seed=0):
+    """A softmax policy over 4 arms; each prompt gets G=2 pulls with Bernoulli(p_a) rewards, and
+    the 'probe' predicts g(z) = p_a from a pull's own arm (a perfect, response-aware probe).
+    Returns the exact gradient of the expected reward in the logits, the mean per-group
+    REINFORCE estimate with the given baseline, and that mean's standard error."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.tensor([0.3, -0.2, 0.5, 0.0], requires_grad=True)
+    p = torch.tensor([0.9, 0.2, 0.4, 0.7], dtype=torch.float64)
+    pi = logits.detach().double().softmax(-1)
+    exact = pi * (p - (pi * p).sum())  # d/dlogits sum_a pi_a p_a
+    arms = torch.multinomial(pi, 2 * groups, replacement=True, generator=g)
+    rewards = (torch.rand(2 * groups, generator=g, dtype=torch.float64) < p[arms]).double()
+    group_ids = torch.arange(groups).repeat_interleave(2)
+    data = AdvInputs(rewards, group_ids, torch.ones(2 * groups, 1), probe_predictions=p[arms])
+    if baseline == "poise":
+        adv = poise(data, AlgoConfig())[:, 0].double()
+    else:  # the rollout's own prediction as its baseline: A_i = r_i - g(z_i)
+        adv = rewards - p[arms]
+    # per-row gradient of A_i log pi(a_i) in the logits: A_i (onehot(a_i) - pi)
+    rows = adv[:, None] * (torch.nn.functional.one_hot(arms, 4).double() - pi)
+    per_group = rows.view(groups, 2, 4).sum(1)  # a group's two pulls are not independent
+    mean = per_group.mean(0) / 2
+    return exact, mean, per_group.std(0) / 2 / groups**0.5
+
+
+def test_poise_gradient_is_unbiased_and_a_self_feature_baseline_is_not():
+    exact, estimate, se = bandit_gradient("poise")
+    assert ((estimate - exact).abs() < 4 * se).all(), (estimate, exact, se)
+    exact, biased, se = bandit_gradient("self")
+    # E[(r - p_a) grad log pi(a)] = 0: the own-feature baseline removes the whole signal
+    assert ((biased - exact).abs() > 10 * se).any(), (biased, exact, se)
+    assert biased.abs().max() < 4 * se.max()
