@@ -20,16 +20,14 @@ the largest change of any policy weight, wall seconds; with the CPU, date and ve
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-import transformers
+from machine import machine
 
 from rlvr.algos.advantages import AdvInputs, grpo
 from rlvr.config import AlgoConfig, ConfigError, load_config
@@ -50,13 +48,6 @@ ARMS: dict[str, tuple[Path | None, list[str]]] = {
     "running_mean": (None, ["algo.advantage=running_mean", "algo.loss=ppo_clip"]),
     "sao": (RECIPE, []),
 }
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def common(args, run_dir: str, name: str) -> list[str]:
@@ -134,11 +125,7 @@ def main() -> None:
                 "batch_size": args.batch_size,
                 "grpo_group_size_1_refused_with": refusal,
                 "arms": results,
-                "cpu": cpu_model(),
-                "threads": torch.get_num_threads(),
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
+                **machine(),
             }
         )
     )
