@@ -487,6 +487,39 @@ class AlgoConfig(Section):
     repetition_cap: float = Field(
         0.15, gt=0, description="River: most repetition penalty in total per episode."
     )
+    elliptical_beta: float = Field(
+        0.0,
+        ge=0,
+        description="RepExp: add beta times each rollout's elliptical bonus (its leverage among "
+        "its group, on the starting policy's last hidden states averaged over the reply) to its "
+        "reward, in groups with a correct rollout; 0 disables (the paper: 0.01).",
+    )
+    elliptical_dim: int = Field(
+        32, ge=1, description="RepExp: dimensions of the sparse random projection (32; 128 for "
+        "long-answer tasks), drawn afresh each step.",
+    )  # fmt: skip
+    elliptical_lambda: float = Field(
+        0.01, gt=0, description="RepExp: the ridge lambda of Sigma = lambda I + sum_j h_j h_j^T."
+    )
+    elliptical_leave_one_out: bool = Field(
+        False,
+        description="RepExp: score h_i against its siblings alone, l_i / (1 - l_i), instead of "
+        "the leverage l_i.",
+    )
+    rgpo_segments: int = Field(
+        0,
+        ge=0,
+        description="RGPO: cut each problem's reference rationale (the task's demonstration; a "
+        "JSONL file's solution_field) into this many segments. A problem whose group has no "
+        "correct rollout gets one more segment of hint (one fewer once solved) and group_size "
+        "re-rollouts with its hint appended to the prompt; 0 disables (single-turn tasks).",
+    )
+    rgpo_sft_coef: float = Field(
+        0.001,
+        ge=0,
+        description="RGPO: weight of the NLL of each hinted reply that beats every unhinted "
+        "rollout of its problem, taught on the prompt without the hint (the paper: 0.001).",
+    )
     tis: Literal["off", "token", "sequence"] = Field(
         "off",
         description="Truncated importance sampling against rollout/training mismatch: weigh each "

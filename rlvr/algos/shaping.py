@@ -1,5 +1,5 @@
-"""Reward shaping: DAPO's soft overlong penalty, when multi-turn rewards reach the learner, and
-River's turn-level repetition penalty on advantages."""
+"""Reward shaping: DAPO's soft overlong penalty, when multi-turn rewards reach the learner,
+River's turn-level repetition penalty on advantages, and RepExp's elliptical exploration bonus."""
 
 from __future__ import annotations
 
@@ -104,3 +104,29 @@ def repetition_offsets(
         values[row, : len(marks)] = torch.tensor(repetition_penalties(marks, delta, cap))
         repeated, turns = repeated + sum(marks), turns + len(marks)
     return turn_values_per_token(values, turn_ids), repeated / max(turns, 1)
+
+
+def elliptical_bonus(
+    features: torch.Tensor,
+    group_ids: torch.Tensor,
+    correct: torch.Tensor,
+    lam: float,
+    leave_one_out: bool = False,
+) -> torch.Tensor:
+    """RepExp's exploration bonus [B] (arXiv 2510.11686), float64. Within each group the rollouts'
+    features [B, d], centred on the group's mean, give Sigma = lam I + sum_j h_j h_j^T; rollout i
+    scores its leverage l_i = h_i^T Sigma^-1 h_i, large when it points where its siblings do not.
+    `leave_one_out` scores h_i^T (Sigma - h_i h_i^T)^-1 h_i instead, which is l_i / (1 - l_i)
+    (Sherman-Morrison). A group with no `correct` [B] rollout gets 0: novelty among wrong
+    answers is not worth rewarding."""
+    bonus = torch.zeros(len(features), dtype=torch.float64)
+    for group in group_ids.unique():
+        rows = group_ids == group
+        if not correct[rows].any():
+            continue
+        h = features[rows].double()
+        h = h - h.mean(0)
+        sigma = lam * torch.eye(h.shape[1], dtype=h.dtype) + h.T @ h
+        leverage = (h * torch.linalg.solve(sigma, h.T).T).sum(-1)
+        bonus[rows] = leverage / (1 - leverage) if leave_one_out else leverage
+    return bonus

@@ -1,14 +1,18 @@
 """The frozen reference policy behind one small interface: a copy of the starting policy, or,
-for a LoRA policy, the policy itself with its adapters disabled (no second copy)."""
+for a LoRA policy, the policy itself with its adapters disabled (no second copy). It gives the
+KL term its logprobs and RepExp's bonus its hidden states."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers import PreTrainedModel
 
 from rlvr.models.lora import adapters_disabled, is_lora
+from rlvr.models.representation import response_hidden_means
 from rlvr.train.update import batch_logprobs
 from rlvr.types import Batch
 
@@ -24,18 +28,29 @@ class ReferencePolicy:
             self.model = copy.deepcopy(policy).eval()
             self.model.requires_grad_(False)
 
-    @torch.no_grad()
-    def logprobs(
-        self, batch: Batch, micro_batch_size: int, temperature: float, share_prompt: bool = True
-    ) -> torch.Tensor:
+    @contextmanager
+    def frozen(self) -> Iterator[PreTrainedModel]:
+        """Within: the starting policy, in eval mode."""
         if not self.shared:
-            return batch_logprobs(self.model, batch, micro_batch_size, temperature, share_prompt)
+            yield self.model
+            return
         was_training = self.model.training
         self.model.eval()  # as the copy is: no dropout in the base
         try:
             with adapters_disabled(self.model):
-                return batch_logprobs(
-                    self.model, batch, micro_batch_size, temperature, share_prompt
-                )
+                yield self.model
         finally:
             self.model.train(was_training)
+
+    @torch.no_grad()
+    def logprobs(
+        self, batch: Batch, micro_batch_size: int, temperature: float, share_prompt: bool = True
+    ) -> torch.Tensor:
+        with self.frozen() as model:
+            return batch_logprobs(model, batch, micro_batch_size, temperature, share_prompt)
+
+    def hidden_means(self, batch: Batch, micro_batch_size: int) -> torch.Tensor:
+        """[B, H]: each row's last hidden state under the starting policy, averaged over its
+        response."""
+        with self.frozen() as model:
+            return response_hidden_means(model, batch, micro_batch_size)

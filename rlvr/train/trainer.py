@@ -20,7 +20,12 @@ from rlvr.algos.advantages import AdvInputs, RunningMean
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
-from rlvr.algos.shaping import overlong_penalty, repetition_offsets, time_rewards
+from rlvr.algos.shaping import (
+    elliptical_bonus,
+    overlong_penalty,
+    repetition_offsets,
+    time_rewards,
+)
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import (
@@ -30,6 +35,8 @@ from rlvr.models.lora import (
     save_final,
 )
 from rlvr.models.probe import LayerFeatures, Probe
+from rlvr.models.representation import sparse_projection, step_seed
+from rlvr.rollout.guidance import Guidance, kept_revisions, on_original_prompt
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
@@ -69,6 +76,7 @@ from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
 
 TRAIN_STREAM = 0
+GUIDED_STREAM = 3  # RGPO's hinted re-rollouts (eval samples on 1, the River screen on 2)
 
 
 def seed_everything(seed: int) -> None:
@@ -135,12 +143,23 @@ class Trainer:
             self.components.task = screen_task(
                 cfg, self.components, self.model, self.tokenizer, self.display.message
             )
-        self.reference = ReferencePolicy(self.model) if self.components.kl is not None else None
-        a = cfg.algo
+        a, kl = cfg.algo, self.components.kl
+        start = ReferencePolicy(self.model) if kl is not None or a.elliptical_beta else None
+        self.reference = start if kl is not None else None
+        self.explorer = start if a.elliptical_beta else None  # RepExp reads the frozen start
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
+        self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
+        if self.guidance is not None:
+            task = self.components.task
+            if not isinstance(task.demonstration(task.train_problem(0)), str):
+                raise ConfigError(
+                    f"algo.rgpo_segments: task '{cfg.task.name}' is multi-turn (its "
+                    "demonstrations are conversations), and RGPO hints single-turn prompts. "
+                    "Fix: algo.rgpo_segments=0, or a single-turn task"
+                )
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
@@ -217,6 +236,8 @@ class Trainer:
             self.critic.load_state_dict(state.pop("critic"))
         if self.probe is not None:
             self.probe.load_state_dict(state.pop("probe"))
+        if self.guidance is not None:
+            self.guidance.load_state_dict(state.pop("guidance"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -245,6 +266,8 @@ class Trainer:
             state["critic"] = self.critic.state_dict()
         if self.probe is not None:
             state["probe"] = self.probe.state_dict()
+        if self.guidance is not None:
+            state["guidance"] = self.guidance.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         if hasattr(self.components.task, "state_dict"):
             state["task"] = self.components.task.state_dict()
@@ -277,6 +300,10 @@ class Trainer:
         trajectories, baselines, sampling = self.rollout(timings)
         if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
             sampling.update(self.components.task.observe(trajectories))
+        imitation = None
+        if self.guidance is not None and trajectories:
+            imitation, guided = self.guide(trajectories)
+            sampling.update(guided)
         timings["time/rollout"] = (
             time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
         )
@@ -295,6 +322,14 @@ class Trainer:
         for trajectory, penalty in zip(trajectories, penalties.tolist()):
             trajectory.turn_rewards[-1] += penalty
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
+        explored = {}
+        if self.explorer is not None:
+            with timed(timings, "time/exploration"):
+                bonus, explored = self.exploration_bonus(batch, trajectories)
+            for trajectory, value in zip(trajectories, bonus.tolist()):
+                trajectory.turn_rewards[-1] += value
+            # rebuilt so every reward view (token, turn, episode) holds the bonus
+            batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
         if cfg.algo.mask_truncated:
             batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
         segments = (
@@ -311,12 +346,13 @@ class Trainer:
                 a.repetition_penalty_delta, a.repetition_cap,
             )  # fmt: skip
         data, extra = self.prepare_update(batch, baselines, segments, components, timings, offsets)
+        data.imitation = imitation
         if offsets is not None:
             extra["shaping/repeated_turns"] = repeated
-        extra.update(sampling)
+        extra.update(sampling, **explored)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
-        nested = ("time/old_logprobs", "time/ref_logprobs", "time/values")
+        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values")
         timings["time/advantages"] = (
             time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
         )
@@ -353,6 +389,53 @@ class Trainer:
         metrics.update(self.profile(trajectories, batch, data, result, timings))
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
+
+    def guide(self, trajectories: list[Trajectory]) -> tuple[Batch | None, dict[str, float]]:
+        """RGPO: hinted re-rollouts of the problems that need a hint, and the revised replies
+        that beat every unhinted rollout of their problem, re-based on the unhinted prompt."""
+        cfg, task = self.cfg, self.components.task
+        self.guidance.observe(trajectories)
+        problems = list({t.problem.id: t.problem for t in trajectories}.values())
+        hints = [self.guidance.hint(p, task.demonstration(p)) for p in problems]
+        hinted = [h for h in hints if h is not None]
+        levels = [self.guidance.levels[p.id] for p in problems]
+        metrics = {
+            "rgpo/hinted_groups": len(hinted) / len(problems),
+            "rgpo/mean_level": sum(levels) / len(levels),
+        }
+        if not hinted:
+            return None, metrics
+        seed = (cfg.train.seed, GUIDED_STREAM, self.state["step"])
+        revised = self.source.evaluator.collect(hinted, cfg.rollout.group_size, seed)
+        kept = kept_revisions(trajectories, revised)
+        metrics["rgpo/revised_accuracy"] = sum(t.correct for t in revised) / len(revised)
+        metrics["rgpo/rescued_groups"] = len({r.problem.id for r, _ in kept}) / len(hinted)
+        metrics["rgpo/imitated"] = len(kept)
+        if not kept:
+            return None, metrics
+        rebased = [on_original_prompt(r, u) for r, u in kept]
+        return Batch.from_trajectories(rebased, self.tokenizer.pad_token_id), metrics
+
+    def exploration_bonus(
+        self, batch: Batch, trajectories: list[Trajectory]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """RepExp: beta times each rollout's elliptical bonus within its group [B], on the
+        starting policy's representation under this step's random projection."""
+        a = self.cfg.algo
+        hidden = self.explorer.hidden_means(batch, self.cfg.train.micro_batch_size)
+        seed = step_seed(self.cfg.train.seed, self.state["step"])
+        features = hidden @ sparse_projection(hidden.shape[1], a.elliptical_dim, seed)
+        correct = torch.tensor([t.correct for t in trajectories])
+        bonus = a.elliptical_beta * elliptical_bonus(
+            features, batch.group_ids, correct, a.elliptical_lambda, a.elliptical_leave_one_out
+        )
+        groups = batch.group_ids.unique()
+        rewarded = sum(bool(correct[batch.group_ids == g].any()) for g in groups)
+        return bonus, {
+            "exploration/bonus": float(bonus.mean()),
+            "exploration/bonus_max": float(bonus.max()),
+            "exploration/groups": rewarded / len(groups),
+        }
 
     def profile(self, trajectories, batch, data: UpdateInputs, result, timings) -> dict:
         """FLOPs of each phase of this step, and the share of the machine's peak each achieved."""

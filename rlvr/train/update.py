@@ -116,6 +116,8 @@ class UpdateInputs:
     kl_coef: float = 0.0
     values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
     returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
+    # RGPO: replies to imitate (their loss_mask marks the reply), on the prompts without hints
+    imitation: Batch | None = None
 
 
 def micro_batch_loss(
@@ -172,6 +174,32 @@ def micro_batch_loss(
     return loss, metrics
 
 
+def imitation_loss(
+    model, batch: Batch, rows: torch.Tensor, num_tokens: float, coef: float
+) -> tuple[torch.Tensor, float]:
+    """`coef` times the mean NLL of the rows' reply tokens (over the minibatch's `num_tokens`),
+    at temperature 1, as supervised fine-tuning computes it."""
+    logprobs, _ = micro_logprobs(model, batch, rows, 1.0, None)
+    mask = batch.loss_mask[rows, : logprobs.shape[1]].to(logprobs.device)
+    nll = -(logprobs * mask).sum() / max(num_tokens, 1.0)
+    return coef * nll, nll.item()
+
+
+def imitation_backward(
+    model, data: UpdateInputs, part: torch.Tensor, cfg: Config, parallel: DataParallel
+) -> dict[str, float]:
+    """Accumulate the gradient of the imitation term over rows `part` of data.imitation."""
+    batch = data.imitation
+    num_tokens, nll = float(batch.loss_mask[part].sum()), 0.0
+    lengths = batch.attention_mask.sum(-1)
+    for rows, counted in parallel.micro_batches(part, cfg.train.micro_batch_size, lengths):
+        with autocast(cfg.train.autocast, model.device):
+            loss, value = imitation_loss(model, batch, rows, num_tokens, cfg.algo.rgpo_sft_coef)
+        (loss if counted else 0.0 * loss).backward()
+        nll += value if counted else 0.0
+    return {"rgpo/imitation_nll": nll}
+
+
 def policy_update(
     model: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
@@ -201,7 +229,13 @@ def policy_update(
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
-        for minibatch in order.chunk(algo.minibatches):
+        # each optimizer step also imitates its share of the kept revisions, in a fixed order
+        imitate = (
+            torch.arange(len(data.imitation)).tensor_split(algo.minibatches)
+            if data.imitation is not None
+            else [torch.arange(0)] * algo.minibatches
+        )
+        for minibatch, part in zip(order.chunk(algo.minibatches), imitate):
             optimizer.zero_grad(set_to_none=True)
             num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
             step_metrics: dict[str, float] = defaultdict(float)
@@ -216,6 +250,9 @@ def policy_update(
                     )  # fmt: skip
                 (loss if counted else 0.0 * loss).backward()
                 for name, value in metrics.items() if counted else ():
+                    step_metrics[name] += value
+            if len(part):
+                for name, value in imitation_backward(model, data, part, cfg, parallel).items():
                     step_metrics[name] += value
             parallel.sum_gradients(model.parameters())
             step_metrics = parallel.sum_metrics(step_metrics)

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from rlvr.algos.shaping import (
+    elliptical_bonus,
     jaccard,
     overlong_penalty,
     repeated_turns,
@@ -114,3 +115,38 @@ def test_single_turn_episodes_get_no_offset():
     batch = Batch.from_trajectories(trajectories, pad_id=SEP)
     offsets, share = repetition_offsets(trajectories, batch.turn_ids, decode, 0.8, 0.05, 0.15)
     assert torch.all(offsets == 0) and share == 0.0
+
+
+def test_elliptical_bonus_is_the_leverage_within_the_group():
+    # one group of 2 in 1-D: centred -1 and 1, Sigma = 0.5 + 2, leverage 1 / 2.5 each; the other
+    # group, 3 in 2-D around (2/3, 1), was worked by hand: Sigma = [[11/3, -2], [-2, 7]] (lam 1)
+    one_d = elliptical_bonus(
+        torch.tensor([[1.0], [3.0]]), torch.tensor([0, 0]), torch.tensor([True, False]), lam=0.5
+    )
+    assert one_d.tolist() == pytest.approx([0.4, 0.4])
+    two_d = elliptical_bonus(
+        torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 3.0]]), torch.tensor([5, 5, 5]),
+        torch.tensor([False, False, True]), lam=1.0,
+    )  # fmt: skip
+    assert float(two_d[0]) == pytest.approx(17 / 39)
+
+
+def test_elliptical_leave_one_out_inverts_sigma_without_the_rollout():
+    features = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    groups, correct = torch.tensor([0, 0, 0, 1, 1, 1]), torch.ones(6, dtype=torch.bool)
+    bonus = elliptical_bonus(features, groups, correct, lam=0.1, leave_one_out=True)
+    for i in range(6):
+        h = features[groups == groups[i]].double()
+        h = h - h.mean(0)
+        row = features[i].double() - features[groups == groups[i]].double().mean(0)
+        sigma = 0.1 * torch.eye(3, dtype=torch.float64) + h.T @ h - torch.outer(row, row)
+        assert float(bonus[i]) == pytest.approx(float(row @ torch.linalg.inv(sigma) @ row))
+
+
+def test_elliptical_bonus_favours_the_odd_one_out_and_skips_groups_with_nothing_right():
+    features = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]] * 2)
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    correct = torch.tensor([True] * 4 + [False] * 4)
+    bonus = elliptical_bonus(features, groups, correct, lam=0.01)
+    assert bonus[3] > bonus[0] == bonus[1] == bonus[2] > 0  # the one unlike its siblings
+    assert bonus[4:].tolist() == [0.0] * 4  # no correct rollout in group 1

@@ -5,6 +5,7 @@ import torch
 from rlvr.config import LoraSettings, load_config
 from rlvr.models.loading import load_model
 from rlvr.models.lora import apply_lora, trainable_state_dict
+from rlvr.models.representation import response_hidden_means
 from rlvr.rewards import REWARDS
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.trainer import Trainer
@@ -69,6 +70,20 @@ def test_lora_reference_is_the_policy_with_its_adapters_off(tiny_model, tokenize
     assert (ref - batch_logprobs(base, batch, 2, 1.0)).abs().max() < 1e-6
     assert (ref - policy_before).abs().max() > 1e-2
     assert torch.equal(batch_logprobs(policy.eval(), batch, 2, 1.0), policy_before)
+
+
+def test_reference_hidden_states_are_the_starting_policys(tiny_model, tokenizer):
+    # RepExp's bonus reads the frozen start: a copy's, or a LoRA policy's with adapters off
+    batch = make_batch(tokenizer.pad_token_id)
+    expected = response_hidden_means(tiny_model, batch, 2)
+    for policy in (
+        copy.deepcopy(tiny_model),
+        apply_lora(copy.deepcopy(tiny_model), LoraSettings(r=4)),
+    ):
+        reference = ReferencePolicy(policy)
+        train_steps(policy, batch)
+        assert (reference.hidden_means(batch, 2) - expected).abs().max() < 1e-5
+        assert (response_hidden_means(policy.eval(), batch, 2) - expected).abs().max() > 1e-3
 
 
 def parity(problem, response):

@@ -1,0 +1,45 @@
+"""One arm of a methods benchmark: a recipe plus overrides, trained quietly from a shared warm
+start, with its metrics read back."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr.config import load_config
+from rlvr.train.setup import build_components
+from rlvr.train.trainer import Trainer
+from rlvr.train.warmstart import ensure_warm_start
+
+
+@dataclass
+class Arm:
+    summary: dict
+    records: list[dict]  # metrics.jsonl, one object per step (and the base eval at step 0)
+    wall_seconds: float
+
+    def by_step(self, key: str) -> dict[int, float]:
+        return {r["step"]: round(r[key], 4) for r in self.records if key in r}
+
+    def mean(self, key: str) -> float | None:
+        """The mean of a training-step metric over the steps that logged it."""
+        values = [r[key] for r in self.records if "reward" in r and key in r]
+        return round(statistics.fmean(values), 4) if values else None
+
+
+def warm_start(recipe: Path, overrides: list[str]) -> str:
+    """The task's seed-0 warm start (built once, cached): every arm and seed starts from it, so
+    a seed varies only the RL run."""
+    cfg = load_config(recipe, overrides)
+    return str(ensure_warm_start(cfg, build_components(cfg).task))
+
+
+def train_arm(recipe: Path, overrides: list[str], run_dir: str, name: str) -> Arm:
+    quiet = [f"log.run_dir={run_dir}", f"log.name={name}", "log.quiet=true", "train.save_every=0"]
+    trainer = Trainer(load_config(recipe, [*overrides, *quiet]))
+    start = time.perf_counter()
+    summary = trainer.run()
+    wall = time.perf_counter() - start
+    return Arm(summary, trainer.run_dir.read_metrics(), round(wall, 1))

@@ -1,0 +1,96 @@
+"""RGPO's rationale guidance (arXiv 2610.07342): a per-problem hint level over the segments of its
+reference rationale, hinted prompts for failed groups, and the revised rollouts worth imitating."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from rlvr.types import Problem, Trajectory
+
+
+def rationale_segments(rationale: str, count: int) -> list[str]:
+    """`rationale` cut into `count` consecutive pieces that join back to it: whole lines where it
+    has enough of them, else characters (the last pieces may be empty for a very short one)."""
+    lines = rationale.splitlines(keepends=True)
+    units = lines if len(lines) >= count else list(rationale)
+    return ["".join(part) for part in np.array_split(np.array(units, dtype=object), count)]
+
+
+def hinted(problem: Problem, hint: str) -> Problem:
+    """The problem with `hint` appended to its last user message; answer and id unchanged, so the
+    same verifier scores the revised reply."""
+    if isinstance(problem.prompt, str):
+        return replace(problem, prompt=f"{problem.prompt}\n\nHint: {hint}")
+    messages = problem.messages()
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[last] = dict(messages[last], content=f"{messages[last]['content']}\n\nHint: {hint}")
+    return replace(problem, prompt=messages)
+
+
+def kept_revisions(
+    unguided: list[Trajectory], guided: list[Trajectory]
+) -> list[tuple[Trajectory, Trajectory]]:
+    """(revised rollout, an unguided rollout of its problem) for each revised rollout that beats
+    every unguided rollout of its problem; matched by problem id. Rollouts without a reply token
+    (a prompt that filled the budget) and revisions whose reward failed (infra_error) are left out."""
+    best: dict[str, float] = {}
+    replied: dict[str, Trajectory] = {}
+    for t in unguided:
+        best[t.problem.id] = max(best.get(t.problem.id, float("-inf")), t.reward)
+        if 1 in t.loss_mask:
+            replied.setdefault(t.problem.id, t)
+    return [
+        (g, replied[g.problem.id])
+        for g in guided
+        if g.problem.id in replied and 1 in g.loss_mask and g.status != "infra_error"
+        and g.reward > best[g.problem.id]
+    ]  # fmt: skip
+
+
+def on_original_prompt(revised: Trajectory, unguided: Trajectory) -> Trajectory:
+    """The revised reply re-based on the problem's own prompt (the tokens of an unguided rollout
+    before its reply): the auxiliary loss teaches the reply without the hint. Single-turn."""
+    prompt = unguided.loss_mask.index(1)
+    start = revised.loss_mask.index(1)
+    reply = revised.token_ids[start:]
+    return replace(
+        revised,
+        group_id=unguided.group_id,
+        token_ids=unguided.token_ids[:prompt] + reply,
+        loss_mask=[0] * prompt + revised.loss_mask[start:],
+        behaviour_logprobs=[0.0] * prompt + revised.behaviour_logprobs[start:],
+        turn_ends=[prompt + len(reply)],
+        versions=[],
+    )
+
+
+class Guidance:
+    """Each problem's hint level: the number of rationale segments its hinted prompt shows. A
+    failed group raises it by one (up to all `segments`), a solved group lowers it by one."""
+
+    def __init__(self, segments: int):
+        self.segments = segments
+        self.levels: dict[str, int] = {}
+
+    def observe(self, trajectories: list[Trajectory]) -> None:
+        solved: dict[str, bool] = {}
+        for t in trajectories:
+            solved[t.problem.id] = solved.get(t.problem.id, False) or t.correct
+        for problem_id, ok in solved.items():
+            level = self.levels.get(problem_id, 0) + (-1 if ok else 1)
+            self.levels[problem_id] = min(max(level, 0), self.segments)
+
+    def hint(self, problem: Problem, rationale: str) -> Problem | None:
+        """The hinted problem at its level; None at level 0 (no hint needed)."""
+        level = self.levels.get(problem.id, 0)
+        if level == 0:
+            return None
+        return hinted(problem, "".join(rationale_segments(rationale, self.segments)[:level]))
+
+    def state_dict(self) -> dict:
+        return {"levels": dict(self.levels)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.levels = dict(state["levels"])
