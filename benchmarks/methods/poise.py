@@ -20,46 +20,32 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from machine import machine
-
-from rlvr.config import load_config
-from rlvr.train.setup import build_components
-from rlvr.train.trainer import Trainer
-from rlvr.train.warmstart import ensure_warm_start
+from runs import train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "poise.toml"
 ARMS = {"rloo": ["algo.advantage=rloo"], "poise": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
-    overrides = [
-        f"model.name={model}",
+    arm = train_arm(RECIPE, [
+        f"model.name={model}", *ARMS[name],
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
         f"algo.poise_bootstrap_steps={args.bootstrap}", f"rollout.batch_size={args.batch_size}",
-        "train.save_every=0",
-        f"log.run_dir={run_dir}", f"log.name={name}-{seed}", "log.quiet=true", *ARMS[name],
-    ]  # fmt: skip
-    trainer = Trainer(load_config(RECIPE, overrides))
-    start = time.perf_counter()
-    summary = trainer.run()
-    wall = time.perf_counter() - start
-    records = trainer.run_dir.read_metrics()
-    probed = [r for r in records if r.get("poise/fitted") == 1.0]  # after the bootstrap
+    ], run_dir, f"{name}-{seed}")  # fmt: skip
+    probed = [r for r in arm.records if r.get("poise/fitted") == 1.0]  # after the bootstrap
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in probed if key in r]
         return round(statistics.fmean(values), 4) if values else None
 
     out = {
-        "eval_accuracy_by_step": {
-            r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r
-        },
-        "final_accuracy": summary["final_eval"]["eval/accuracy"],
-        "mean_reward": round(statistics.fmean(r["reward"] for r in records if "reward" in r), 4),
-        "wall_seconds": round(wall, 1),
+        "eval_accuracy_by_step": arm.by_step("eval/accuracy"),
+        "final_accuracy": arm.summary["final_eval"]["eval/accuracy"],
+        "mean_reward": arm.mean("reward"),
+        "wall_seconds": arm.wall_seconds,
     }
     if name == "poise":
         out.update(
@@ -79,9 +65,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128, help="rollouts per step")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     args = parser.parse_args()
-    cfg = load_config(RECIPE)
-    # the default task's seed-0 warm start for every arm and seed: seeds vary only the RL run
-    model = str(ensure_warm_start(cfg, build_components(cfg).task))
+    model = warm_start(RECIPE, [])
     with tempfile.TemporaryDirectory() as run_dir:
         results = {
             arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}

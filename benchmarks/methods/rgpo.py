@@ -1,8 +1,7 @@
-"""RGPO (arXiv 2610.07342) against plain GRPO on three-digit arithmetic: same warm start,
-budget and seeds; do hinted re-rollouts of failed groups raise unhinted accuracy?
+"""RGPO (arXiv 2610.07342) against plain GRPO on the default task: same warm start, budget and
+seeds; do hinted re-rollouts of failed groups raise unhinted accuracy?
 
-Both arms use examples/recipes/rgpo.toml's settings; GRPO sets algo.rgpo_segments=0. The
-warm start is the default task's recipe at task.digits=3, where its carry mistake costs more.
+Both arms use examples/recipes/rgpo.toml's settings; GRPO sets algo.rgpo_segments=0.
 
 Prints one JSON object: per arm and seed, held-out greedy accuracy and pass@1 along the run
 (never hinted), the share of groups hinted and rescued, the hinted re-rollouts' accuracy beside
@@ -23,13 +22,12 @@ from machine import machine
 from runs import train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "rgpo.toml"
-TASK = ["task.digits=3"]
 ARMS = {"grpo": ["algo.rgpo_segments=0"], "rgpo": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
     arm = train_arm(RECIPE, [
-        f"model.name={model}", *TASK, *ARMS[name],
+        f"model.name={model}", *ARMS[name],
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
     ], run_dir, f"{name}-{seed}")  # fmt: skip
     final = arm.summary["final_eval"]
@@ -54,7 +52,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
-    model = warm_start(RECIPE, TASK)
+    model = warm_start(RECIPE, [])
     with tempfile.TemporaryDirectory() as run_dir:
         results = {
             arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}
@@ -64,7 +62,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "methods/rgpo",
-                "task": "arithmetic, task.digits=3",
+                "task": "arithmetic (default)",
                 "recipe": "examples/recipes/rgpo.toml",
                 "steps": args.steps,
                 "arms": results,

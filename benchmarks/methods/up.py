@@ -19,50 +19,33 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from machine import machine
-
-from rlvr.config import load_config
-from rlvr.train.setup import build_components
-from rlvr.train.trainer import Trainer
-from rlvr.train.warmstart import ensure_warm_start
+from runs import train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "up.toml"
 ARMS = {"ppo_clip": ["algo.loss=ppo_clip"], "up": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
-    overrides = [
-        f"model.name={model}",
+    arm = train_arm(RECIPE, [
+        f"model.name={model}", *ARMS[name],
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
-        "train.save_every=0", f"log.run_dir={run_dir}", f"log.name={name}-{seed}",
-        "log.quiet=true", *ARMS[name],
-    ]  # fmt: skip
-    trainer = Trainer(load_config(RECIPE, overrides))
-    start = time.perf_counter()
-    summary = trainer.run()
-    wall = time.perf_counter() - start
-    records = trainer.run_dir.read_metrics()
-    steps = [r for r in records if "reward" in r]
-    accuracy = {r["step"]: r["eval/accuracy"] for r in records if "eval/accuracy" in r}
-
-    def mean(key: str) -> float | None:
-        values = [r[key] for r in steps if key in r]
-        return round(statistics.fmean(values), 4) if values else None
-
+    ], run_dir, f"{name}-{seed}")  # fmt: skip
+    accuracy = arm.by_step("eval/accuracy")
+    steps = [r for r in arm.records if "reward" in r]
     return {
         "eval_accuracy_by_step": accuracy,
-        "eval_pass@1_by_step": {r["step"]: r["eval/pass@1"] for r in records if "eval/pass@1" in r},
+        "eval_pass@1_by_step": arm.by_step("eval/pass@1"),
         "first_eval_step_at_0.9": next((s for s, a in accuracy.items() if s and a >= 0.9), None),
-        "final_accuracy": summary["final_eval"]["eval/accuracy"],
-        "final_pass@1": summary["final_eval"]["eval/pass@1"],
-        "mean_clip_frac": mean("clip_frac"),
-        "mean_dual_clip_frac": mean("dual_clip_frac"),
-        "mean_entropy": mean("entropy"),
+        "final_accuracy": arm.summary["final_eval"]["eval/accuracy"],
+        "final_pass@1": arm.summary["final_eval"]["eval/pass@1"],
+        "mean_clip_frac": arm.mean("clip_frac"),
+        "mean_dual_clip_frac": arm.mean("dual_clip_frac"),
+        "mean_entropy": arm.mean("entropy"),
         "entropy_last5": round(statistics.fmean(r["entropy"] for r in steps[-5:]), 4),
-        "wall_seconds": round(wall, 1),
+        "wall_seconds": arm.wall_seconds,
     }
 
 
@@ -72,9 +55,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
-    cfg = load_config(RECIPE)
-    # the default task's seed-0 warm start for every arm and seed: seeds vary only the RL run
-    model = str(ensure_warm_start(cfg, build_components(cfg).task))
+    model = warm_start(RECIPE, [])
     with tempfile.TemporaryDirectory() as run_dir:
         results = {
             arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}

@@ -3,6 +3,7 @@ reference rationale, hinted prompts for failed groups, and the revised rollouts 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -12,9 +13,12 @@ from rlvr.types import Problem, Trajectory
 
 def rationale_segments(rationale: str, count: int) -> list[str]:
     """`rationale` cut into `count` consecutive pieces that join back to it: whole lines where it
-    has enough of them, else characters (the last pieces may be empty for a very short one)."""
-    lines = rationale.splitlines(keepends=True)
-    units = lines if len(lines) >= count else list(rationale)
+    has enough of them, else whole words, else characters (some pieces may be empty then)."""
+    units = rationale.splitlines(keepends=True)
+    if len(units) < count:
+        units = re.split(r"(?<=\s)(?=\S)", rationale)  # each word with the space after it
+    if len(units) < count:
+        units = list(rationale)
     return ["".join(part) for part in np.array_split(np.array(units, dtype=object), count)]
 
 
@@ -79,8 +83,11 @@ class Guidance:
         for t in trajectories:
             solved[t.problem.id] = solved.get(t.problem.id, False) or t.correct
         for problem_id, ok in solved.items():
-            level = self.levels.get(problem_id, 0) + (-1 if ok else 1)
-            self.levels[problem_id] = min(max(level, 0), self.segments)
+            level = min(self.levels.get(problem_id, 0) + (-1 if ok else 1), self.segments)
+            if level > 0:
+                self.levels[problem_id] = level
+            else:  # kept only while a hint is needed: a stream of fresh problems stays small
+                self.levels.pop(problem_id, None)
 
     def hint(self, problem: Problem, rationale: str) -> Problem | None:
         """The hinted problem at its level; None at level 0 (no hint needed)."""

@@ -152,14 +152,6 @@ class Trainer:
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
-        if self.guidance is not None:
-            task = self.components.task
-            if not isinstance(task.demonstration(task.train_problem(0)), str):
-                raise ConfigError(
-                    f"algo.rgpo_segments: task '{cfg.task.name}' is multi-turn (its "
-                    "demonstrations are conversations), and RGPO hints single-turn prompts. "
-                    "Fix: algo.rgpo_segments=0, or a single-turn task"
-                )
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
@@ -398,7 +390,7 @@ class Trainer:
         problems = list({t.problem.id: t.problem for t in trajectories}.values())
         hints = [self.guidance.hint(p, task.demonstration(p)) for p in problems]
         hinted = [h for h in hints if h is not None]
-        levels = [self.guidance.levels[p.id] for p in problems]
+        levels = [self.guidance.levels.get(p.id, 0) for p in problems]
         metrics = {
             "rgpo/hinted_groups": len(hinted) / len(problems),
             "rgpo/mean_level": sum(levels) / len(levels),

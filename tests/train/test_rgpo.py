@@ -6,6 +6,7 @@ import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards import REWARDS
+from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import micro_logprobs
 from rlvr.types import Score
@@ -55,6 +56,6 @@ def test_failed_groups_are_hinted_and_their_revisions_imitated(fast_overrides, m
     assert resumed.guidance.levels == trainer.guidance.levels
 
 
-def test_rgpo_refuses_multi_turn_tasks(fast_overrides):
+def test_rgpo_refuses_multi_turn_tasks_before_any_work(fast_overrides):
     with pytest.raises(ConfigError, match="rgpo_segments"):
-        Trainer(rgpo_config(fast_overrides, "task.name=guess_number"))
+        build_components(rgpo_config(fast_overrides, "task.name=guess_number"))
