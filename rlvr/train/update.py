@@ -226,15 +226,15 @@ def policy_update(
     # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it
     prompts = batch_prompts(batch, cfg.train.share_prompt and not parallel.sharded)
     units = None if prompts is None else prompts.unit
+    # each optimizer step also imitates its share of RGPO's kept revisions, in a fixed order
+    imitate = (
+        torch.arange(len(data.imitation)).tensor_split(algo.minibatches)
+        if data.imitation is not None
+        else [torch.arange(0)] * algo.minibatches
+    )
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
-        # each optimizer step also imitates its share of the kept revisions, in a fixed order
-        imitate = (
-            torch.arange(len(data.imitation)).tensor_split(algo.minibatches)
-            if data.imitation is not None
-            else [torch.arange(0)] * algo.minibatches
-        )
         for minibatch, part in zip(order.chunk(algo.minibatches), imitate):
             optimizer.zero_grad(set_to_none=True)
             num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
