@@ -164,7 +164,9 @@ class Probe:
             fit[f"{name}_mean"], fit[f"{name}_components"] = pca.mean_, pca.components_
         ridge = Ridge(alpha=self.algo.poise_ridge_alpha).fit(_project(x, fit), y)
         fit["coef"], fit["intercept"] = ridge.coef_, np.asarray(ridge.intercept_, dtype=np.float64)
-        self.fits[domain] = fit
+        # C order, as a checkpoint restores them: a matmul's rounding depends on the layout, so a
+        # resumed probe predicts bit for bit what the saved one did
+        self.fits[domain] = {name: np.ascontiguousarray(value) for name, value in fit.items()}
 
     def state_dict(self) -> dict:
         return {
