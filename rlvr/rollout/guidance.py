@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rlvr.types import Problem, Trajectory
+from rlvr.types import Batch, Problem, Trajectory
 
 
 def rationale_segments(rationale: str, count: int) -> list[str]:
@@ -101,3 +101,38 @@ class Guidance:
 
     def load_state_dict(self, state: dict) -> None:
         self.levels = dict(state["levels"])
+
+
+def guided_step(
+    guidance: Guidance,
+    task,
+    runner,
+    trajectories: list[Trajectory],
+    group_size: int,
+    seed,
+    pad_id: int,
+) -> tuple[Batch | None, dict[str, float]]:
+    """One step of RGPO after the unhinted rollouts: update the hint levels, re-roll the problems
+    that need a hint with `runner` (group_size each, seeded from `seed`), and return the revised
+    replies that beat every unhinted rollout of their problem, re-based on the unhinted prompt
+    (None when none did), with the step's metrics."""
+    guidance.observe(trajectories)
+    problems = list({t.problem.id: t.problem for t in trajectories}.values())
+    hints = [guidance.hint(p, task.demonstration(p)) for p in problems]
+    hinted_problems = [h for h in hints if h is not None]
+    levels = [guidance.levels.get(p.id, 0) for p in problems]
+    metrics = {
+        "rgpo/hinted_groups": len(hinted_problems) / len(problems),
+        "rgpo/mean_level": sum(levels) / len(levels),
+    }
+    if not hinted_problems:
+        return None, metrics
+    revised = runner.collect(hinted_problems, group_size, seed)
+    kept = kept_revisions(trajectories, revised)
+    metrics["rgpo/revised_accuracy"] = sum(t.correct for t in revised) / len(revised)
+    metrics["rgpo/rescued_groups"] = len({r.problem.id for r, _ in kept}) / len(hinted_problems)
+    metrics["rgpo/imitated"] = len(kept)
+    if not kept:
+        return None, metrics
+    rebased = [on_original_prompt(r, u) for r, u in kept]
+    return Batch.from_trajectories(rebased, pad_id), metrics

@@ -36,7 +36,7 @@ from rlvr.models.lora import (
 )
 from rlvr.models.probe import LayerFeatures, Probe
 from rlvr.models.representation import sparse_projection, step_seed
-from rlvr.rollout.guidance import Guidance, kept_revisions, on_original_prompt
+from rlvr.rollout.guidance import Guidance, guided_step
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
@@ -293,8 +293,12 @@ class Trainer:
         if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
             sampling.update(self.components.task.observe(trajectories))
         imitation = None
-        if self.guidance is not None and trajectories:
-            imitation, guided = self.guide(trajectories)
+        if self.guidance is not None and trajectories:  # RGPO: hinted re-rollouts to imitate
+            imitation, guided = guided_step(
+                self.guidance, self.components.task, self.source.evaluator, trajectories,
+                cfg.rollout.group_size, (cfg.train.seed, GUIDED_STREAM, self.state["step"]),
+                self.tokenizer.pad_token_id,
+            )  # fmt: skip
             sampling.update(guided)
         timings["time/rollout"] = (
             time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
@@ -381,32 +385,6 @@ class Trainer:
         metrics.update(self.profile(trajectories, batch, data, result, timings))
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
-
-    def guide(self, trajectories: list[Trajectory]) -> tuple[Batch | None, dict[str, float]]:
-        """RGPO: hinted re-rollouts of the problems that need a hint, and the revised replies
-        that beat every unhinted rollout of their problem, re-based on the unhinted prompt."""
-        cfg, task = self.cfg, self.components.task
-        self.guidance.observe(trajectories)
-        problems = list({t.problem.id: t.problem for t in trajectories}.values())
-        hints = [self.guidance.hint(p, task.demonstration(p)) for p in problems]
-        hinted = [h for h in hints if h is not None]
-        levels = [self.guidance.levels.get(p.id, 0) for p in problems]
-        metrics = {
-            "rgpo/hinted_groups": len(hinted) / len(problems),
-            "rgpo/mean_level": sum(levels) / len(levels),
-        }
-        if not hinted:
-            return None, metrics
-        seed = (cfg.train.seed, GUIDED_STREAM, self.state["step"])
-        revised = self.source.evaluator.collect(hinted, cfg.rollout.group_size, seed)
-        kept = kept_revisions(trajectories, revised)
-        metrics["rgpo/revised_accuracy"] = sum(t.correct for t in revised) / len(revised)
-        metrics["rgpo/rescued_groups"] = len({r.problem.id for r, _ in kept}) / len(hinted)
-        metrics["rgpo/imitated"] = len(kept)
-        if not kept:
-            return None, metrics
-        rebased = [on_original_prompt(r, u) for r, u in kept]
-        return Batch.from_trajectories(rebased, self.tokenizer.pad_token_id), metrics
 
     def exploration_bonus(
         self, batch: Batch, trajectories: list[Trajectory]
