@@ -17,13 +17,10 @@ date and versions.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 from pathlib import Path
 
-from machine import machine
-from runs import train_arm, warm_start
+from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "poise.toml"
 ARMS = {"rloo": ["algo.advantage=rloo"], "poise": []}
@@ -66,24 +63,17 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     args = parser.parse_args()
     model = warm_start(RECIPE, [])
-    with tempfile.TemporaryDirectory() as run_dir:
-        results = {
-            arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}
-            for arm in args.arms
-        }
-    print(
-        json.dumps(
-            {
-                "benchmark": "methods/poise",
-                "task": "arithmetic (default)",
-                "recipe": "examples/recipes/poise.toml",
-                "steps": args.steps,
-                "bootstrap_steps": args.bootstrap,
-                "batch_size": args.batch_size,
-                "arms": results,
-                **machine(),
-            }
-        )
+    arms = run_all(
+        args.arms, args.seeds, lambda arm, seed, run_dir: run_arm(arm, seed, args, run_dir, model)
+    )
+    report(
+        "poise",
+        RECIPE,
+        arms,
+        task="arithmetic (default)",
+        steps=args.steps,
+        bootstrap_steps=args.bootstrap,
+        batch_size=args.batch_size,
     )
 
 

@@ -15,12 +15,9 @@ wall seconds; with the CPU, date and versions.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 from pathlib import Path
 
-from machine import machine
-from runs import train_arm, warm_start
+from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "repexp.toml"
 ARMS = {"grpo": 0.0, "repexp_0.01": 0.01, "repexp_0.1": 0.1}
@@ -54,23 +51,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
     model = warm_start(RECIPE, [])
-    with tempfile.TemporaryDirectory() as run_dir:
-        results = {
-            name: {seed: run_arm(beta, name, seed, args, run_dir, model) for seed in args.seeds}
-            for name, beta in ARMS.items()
-        }
-    print(
-        json.dumps(
-            {
-                "benchmark": "methods/repexp",
-                "task": "arithmetic (default)",
-                "recipe": "examples/recipes/repexp.toml",
-                "steps": args.steps,
-                "eval_k": args.eval_k,
-                "arms": results,
-                **machine(),
-            }
-        )
+    arms = run_all(
+        ARMS,
+        args.seeds,
+        lambda arm, seed, run_dir: run_arm(ARMS[arm], arm, seed, args, run_dir, model),
+    )
+    report(
+        "repexp", RECIPE, arms, task="arithmetic (default)", steps=args.steps, eval_k=args.eval_k
     )
 
 

@@ -14,12 +14,9 @@ NLL, wall seconds; with the CPU, date and versions.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 from pathlib import Path
 
-from machine import machine
-from runs import train_arm, warm_start
+from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "rgpo.toml"
 ARMS = {"grpo": ["algo.rgpo_segments=0"], "rgpo": []}
@@ -53,23 +50,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
     model = warm_start(RECIPE, [])
-    with tempfile.TemporaryDirectory() as run_dir:
-        results = {
-            arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}
-            for arm in ARMS
-        }
-    print(
-        json.dumps(
-            {
-                "benchmark": "methods/rgpo",
-                "task": "arithmetic (default)",
-                "recipe": "examples/recipes/rgpo.toml",
-                "steps": args.steps,
-                "arms": results,
-                **machine(),
-            }
-        )
+    arms = run_all(
+        ARMS, args.seeds, lambda arm, seed, run_dir: run_arm(arm, seed, args, run_dir, model)
     )
+    report("rgpo", RECIPE, arms, task="arithmetic (default)", steps=args.steps)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,22 @@ start, with its metrics read back."""
 
 from __future__ import annotations
 
+import json
 import statistics
+import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from machine import machine
 
 from rlvr.config import load_config
 from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -43,3 +50,17 @@ def train_arm(recipe: Path, overrides: list[str], run_dir: str, name: str) -> Ar
     summary = trainer.run()
     wall = time.perf_counter() - start
     return Arm(summary, trainer.run_dir.read_metrics(), round(wall, 1))
+
+
+def run_all(
+    arms: Iterable[str], seeds: list[int], run_arm: Callable[[str, int, str], dict]
+) -> dict[str, dict[int, dict]]:
+    """{arm: {seed: run_arm(arm, seed, run_dir)}}, every run in one temporary directory."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        return {arm: {seed: run_arm(arm, seed, run_dir) for seed in seeds} for arm in arms}
+
+
+def report(benchmark: str, recipe: Path, arms: dict, **fields) -> None:
+    """Print the benchmark's one JSON object, with the machine it ran on."""
+    head = {"benchmark": f"methods/{benchmark}", "recipe": str(recipe.relative_to(ROOT))}
+    print(json.dumps({**head, **fields, "arms": arms, **machine()}))

@@ -16,13 +16,10 @@ wall seconds; with the CPU, date and versions.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 from pathlib import Path
 
-from machine import machine
-from runs import train_arm, warm_start
+from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "up.toml"
 ARMS = {"ppo_clip": ["algo.loss=ppo_clip"], "up": []}
@@ -56,23 +53,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     args = parser.parse_args()
     model = warm_start(RECIPE, [])
-    with tempfile.TemporaryDirectory() as run_dir:
-        results = {
-            arm: {seed: run_arm(arm, seed, args, run_dir, model) for seed in args.seeds}
-            for arm in ARMS
-        }
-    print(
-        json.dumps(
-            {
-                "benchmark": "methods/up",
-                "task": "arithmetic (default)",
-                "recipe": "examples/recipes/up.toml",
-                "steps": args.steps,
-                "arms": results,
-                **machine(),
-            }
-        )
+    arms = run_all(
+        ARMS, args.seeds, lambda arm, seed, run_dir: run_arm(arm, seed, args, run_dir, model)
     )
+    report("up", RECIPE, arms, task="arithmetic (default)", steps=args.steps)
 
 
 if __name__ == "__main__":
