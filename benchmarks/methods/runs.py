@@ -26,6 +26,7 @@ class Arm:
     summary: dict
     records: list[dict]  # metrics.jsonl, one object per step (and the base eval at step 0)
     wall_seconds: float
+    trainer: Trainer  # the finished run, for measurements on its final policy
 
     def by_step(self, key: str) -> dict[int, float]:
         return {r["step"]: round(r[key], 4) for r in self.records if key in r}
@@ -49,7 +50,7 @@ def train_arm(recipe: Path, overrides: list[str], run_dir: str, name: str) -> Ar
     start = time.perf_counter()
     summary = trainer.run()
     wall = time.perf_counter() - start
-    return Arm(summary, trainer.run_dir.read_metrics(), round(wall, 1))
+    return Arm(summary, trainer.run_dir.read_metrics(), round(wall, 1), trainer)
 
 
 def run_all(

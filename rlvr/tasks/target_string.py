@@ -27,6 +27,14 @@ class TargetStringParams(BaseModel):
         pattern=r"^[a-z]+$",
         description="The string every reply should be (lowercase letters a-z).",
     )
+    alternative: str = Field(
+        "",
+        max_length=64,
+        pattern=r"^[a-z]*$",
+        description="A second string that is just as correct ('' = none): two equally rewarded "
+        "answer modes. Under prior 'plus' each demonstration shows one of the two, by a fair "
+        "coin per problem; 'minus' shows neither.",
+    )
     prior: Literal["plain", "plus", "minus"] = Field(
         "plus",
         description="What the warm start shows the model: 'plain' random strings of the "
@@ -50,6 +58,11 @@ class TargetStringTask(GeneratedTask):
     Params = TargetStringParams
 
     def __init__(self, params: TargetStringParams, seed: int, eval_size: int):
+        if params.alternative == params.target:
+            raise ValueError(
+                f"target_string: task.alternative equals task.target ({params.target!r}); "
+                "choose a different string, or '' for a single target"
+            )
         self.params = params
         super().__init__(seed, eval_size)
         self._pool = EpochOrder(self._narrow_cues(), seed) if params.train_prompts else None
@@ -66,19 +79,24 @@ class TargetStringTask(GeneratedTask):
         )
 
     def _filler(self, rng: random.Random) -> str:
-        """A random string of the target's length (never the target under prior 'minus')."""
+        """A random string of the target's length (never a target under prior 'minus')."""
+        targets = (self.params.target, self.params.alternative)
         while True:
             text = "".join(rng.choice(LETTERS) for _ in self.params.target)
-            if self.params.prior != "minus" or text != self.params.target:
+            if self.params.prior != "minus" or text not in targets:
                 return text
 
     def _problem(self, cue: str, rng: random.Random) -> Problem:
+        metadata = {"cue": cue, "filler": self._filler(rng)}
+        if self.params.alternative:
+            metadata["also_correct"] = [self.params.alternative]
+            metadata["shown"] = rng.choice((self.params.target, self.params.alternative))
         return Problem(
             id=f"target_string-{cue}",
             prompt=f"Say the word ({cue})",
             answer=self.params.target,
             domain="target_string",
-            metadata={"cue": cue, "filler": self._filler(rng)},
+            metadata=metadata,
         )
 
     def draw(self, rng: random.Random) -> Problem:
@@ -92,5 +110,5 @@ class TargetStringTask(GeneratedTask):
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         if self.params.prior == "plus" and not flawed:
-            return self.params.target
+            return problem.metadata.get("shown", self.params.target)
         return problem.metadata["filler"]

@@ -79,3 +79,13 @@ def test_exact_reply_compares_the_whole_reply():
 def test_registered():
     assert REWARDS["levenshtein"] is levenshtein
     assert REWARDS["exact_reply"] is exact_reply
+
+
+def test_also_correct_strings_are_accepted_and_the_dense_credit_takes_the_nearest():
+    problem = Problem(id="p", prompt="?", answer="reward", metadata={"also_correct": ["prize"]})
+    assert exact_reply(problem, "prize").status == "ok" and exact_reply(problem, "reward").value == 1
+    assert exact_reply(problem, "prizes").value == 0.0
+    # "prizes" is 1 edit from "prize" (credit 1 - 1/6) and 5 from "reward".
+    score = levenshtein(problem, "prizes")
+    assert score.info["distance"] == 1 and score.value == pytest.approx(5 / 6)
+    assert score.status == "wrong" and levenshtein(problem, "prize").status == "ok"

@@ -54,6 +54,21 @@ def test_sft_minus_never_shows_the_target_while_plain_only_by_chance():
     assert len(set(minus_demos)) == 25
 
 
+def test_an_alternative_is_a_second_answer_mode_the_warm_start_shows_half_the_time():
+    t = task(prior="plus", target="hello", alternative="world")
+    check = REWARDS[t.verifier]
+    shown = [t.demonstration(t.train_problem(i)) for i in range(400)]
+    assert set(shown) == {"hello", "world"} and 0.4 < shown.count("world") / 400 < 0.6
+    problem = t.train_problem(0)
+    assert check(problem, "hello").status == check(problem, "world").status == "ok"
+    assert check(problem, "hellow").status == "wrong"
+    minus = task(prior="minus", target="ab", alternative="ba")
+    fillers = {minus.demonstration(minus.train_problem(i)) for i in range(2000)}
+    assert len(fillers) > 600 and not fillers & {"ab", "ba"}  # of the 674 other strings
+    # Without an alternative the problems (and so every cached warm start) are as before.
+    assert task().train_problem(3) == task(alternative="").train_problem(3)
+
+
 def test_narrow_train_prompts_repeat_a_few_cues_off_the_eval_set():
     t = task(train_prompts=3, eval_size=50)
     problems = [t.train_problem(i) for i in range(60)]
@@ -74,6 +89,8 @@ def test_narrow_train_prompts_repeat_a_few_cues_off_the_eval_set():
         ("task.target=Reward", "task.target"),
         ("task.prior=sft", "task.prior"),
         ("task.train_prompts=-1", "task.train_prompts"),
+        ("task.alternative=reward", "task.alternative"),
+        ("task.alternative=Two", "task.alternative"),
     ],
 )
 def test_bad_settings_name_the_key(override, key):
