@@ -102,6 +102,14 @@ class ModelConfig(Section):
         description="Tiny model only: share of warm-start demonstrations that make the task's "
         "systematic mistake, so the base is imperfect and RL has work to do.",
     )
+    pretrain_hint_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Tiny model only: share of warm-start demonstrations whose prompt carries "
+        "RGPO's hint, the first k of algo.rgpo_segments segments of the reply shown (k uniform "
+        "from 1 to all), so the base can read hints as a real LLM can (single-turn tasks).",
+    )
     lora: LoraSettings = Field(
         default_factory=LoraSettings,
         description="LoRA adapters (off while lora.r = 0).",
@@ -776,6 +784,12 @@ class Config(Section):
                 "rollout.partial_tokens generates in segments, which neither a stop string that "
                 "spans two segments nor a tree rollout's branching survives; fix: drop "
                 "rollout.stop and rollout.tree_width, or set rollout.partial_tokens=0"
+            )
+        if self.model.pretrain_hint_share and not a.rgpo_segments:
+            raise ValueError(
+                "model.pretrain_hint_share hints warm-start prompts with segments of their reply, "
+                "and algo.rgpo_segments (0 here) sets how many; fix: set algo.rgpo_segments, or "
+                "model.pretrain_hint_share=0"
             )
         if r.max_staleness and a.dynamic_sampling:
             raise ValueError(

@@ -19,6 +19,7 @@ from transformers import get_cosine_schedule_with_warmup
 from rlvr.config import Config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.registry import lookup
+from rlvr.rollout.guidance import hinted, rationale_segments
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
@@ -46,6 +47,8 @@ def warm_start_key(cfg: Config, task: Task) -> str:
         "flawed": m.pretrain_flawed_share,
         "seed": cfg.train.seed,
     }
+    if m.pretrain_hint_share:  # only when set, so every other warm start keeps its key
+        settings["hints"] = [m.pretrain_hint_share, cfg.algo.rgpo_segments]
     if hasattr(task, "fingerprint"):
         # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
         settings["data"] = task.fingerprint()
@@ -60,13 +63,19 @@ def warm_start_path(cfg: Config, task: Task) -> Path:
     return rlvr_home() / "tiny" / warm_start_key(cfg, task)
 
 
-def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[int], list[int]]:
+def sft_example(
+    tokenizer, task: Task, index: int, flawed: bool, hint: tuple[int, int] | None = None
+) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of one demonstration, built with the rollout's token layer so
     warm start and RL see the same layout: the assistant's replies (EOS included) are trained,
     the prompt and anything between replies are not. A demonstration is one reply, or the
-    messages of a whole multi-turn episode after the prompt."""
+    messages of a whole multi-turn episode after the prompt. `hint` = (level, segments): the
+    prompt carries RGPO's hint of the reply's first `level` of `segments` pieces."""
     problem = task.train_problem(index)
     demo = task.demonstration(problem, flawed=flawed)
+    if hint is not None:
+        level, segments = hint
+        problem = hinted(problem, "".join(rationale_segments(demo, segments)[:level]))
     messages = [{"role": "assistant", "content": demo}] if isinstance(demo, str) else demo
     # The prompt the env opens the episode with, and its tools (rendered by the token layer).
     env = task.make_env(None, None) if hasattr(task, "make_env") else None
@@ -86,6 +95,14 @@ def sft_example(tokenizer, task: Task, index: int, flawed: bool) -> tuple[list[i
     return conversation.token_ids, conversation.loss_mask
 
 
+def draw_hint(rng: random.Random, share: float, segments: int) -> tuple[int, int] | None:
+    """A warm-start example's hint (level, segments) with probability `share`, else None; no draw
+    at share 0, so the demonstrations of a run without hints are unchanged."""
+    if share and rng.random() < share:
+        return rng.randint(1, segments), segments
+    return None
+
+
 def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:
     """Next-token loss on demonstrations; returns the final smoothed loss."""
     m = cfg.model
@@ -99,7 +116,8 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     for step in range(m.pretrain_steps):
         examples = [
             sft_example(
-                tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share
+                tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share,
+                draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments),
             )
             for _ in range(m.pretrain_batch_size)
         ]

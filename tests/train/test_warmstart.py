@@ -1,8 +1,17 @@
 import json
+import random
 
-from rlvr.config import load_config
+import pytest
+
+from rlvr.config import ConfigError, load_config
 from rlvr.train.setup import build_task
-from rlvr.train.warmstart import ensure_warm_start, sft_example, warm_start_key, warm_start_path
+from rlvr.train.warmstart import (
+    draw_hint,
+    ensure_warm_start,
+    sft_example,
+    warm_start_key,
+    warm_start_path,
+)
 
 
 def test_demonstration_example_trains_only_the_reply(tokenizer):
@@ -12,6 +21,37 @@ def test_demonstration_example_trains_only_the_reply(tokenizer):
     assert sum(mask) == len(reply) + 1  # one token per character, plus EOS
     assert ids[-1] == tokenizer.eos_token_id and mask[: mask.index(1)] == [0] * mask.index(1)
     assert tokenizer.decode(ids[mask.index(1) : -1]) == reply
+
+
+def test_a_hinted_example_shows_the_first_segments_of_its_own_reply(tokenizer):
+    task = build_task(load_config(None, ["task.name=target_string", "task.target=hello"]))
+    for flawed in (False, True):
+        reply = task.demonstration(task.train_problem(4), flawed=flawed)
+        ids, mask = sft_example(tokenizer, task, 4, flawed=flawed, hint=(1, 2))
+        plain_ids, plain_mask = sft_example(tokenizer, task, 4, flawed=flawed)
+        prompt = tokenizer.decode(ids[: mask.index(1)])
+        # 5 characters in 2 segments: "hel" + "lo"; the trained reply is the same either way.
+        assert prompt.endswith(f"\n\nHint: {reply[:3]}<|end|><|assistant|>")
+        assert ids[mask.index(1) :] == plain_ids[plain_mask.index(1) :]
+    ids, mask = sft_example(tokenizer, task, 4, flawed=False, hint=(2, 2))
+    assert tokenizer.decode(ids[: mask.index(1)]).endswith("Hint: hello<|end|><|assistant|>")
+
+
+def test_hint_draws_cover_every_level_and_none_at_share_zero():
+    rng = random.Random(0)
+    draws = [draw_hint(rng, 0.5, 3) for _ in range(3000)]
+    assert 0.45 < draws.count(None) / 3000 < 0.55
+    assert {d for d in draws if d} == {(1, 3), (2, 3), (3, 3)}
+    untouched, probe = random.Random(1), random.Random(1)
+    assert draw_hint(untouched, 0.0, 3) is None and untouched.random() == probe.random()
+
+
+def test_hinted_warm_start_needs_rgpo_segments_and_changes_the_key():
+    with pytest.raises(ConfigError, match="algo.rgpo_segments"):
+        load_config(None, ["model.pretrain_hint_share=0.5"])
+    plain = load_config(None, ["algo.rgpo_segments=2"])
+    hints = load_config(None, ["algo.rgpo_segments=2", "model.pretrain_hint_share=0.5"])
+    assert warm_start_key(plain, build_task(plain)) != warm_start_key(hints, build_task(hints))
 
 
 def test_warm_start_is_cached_by_settings(tmp_path, monkeypatch):
