@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runs import report, run_all, train_arm, warm_start
-
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.setup import build_task
+from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "target_string.toml"
 MODES = ("hello", "world")

@@ -116,7 +116,10 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     for step in range(m.pretrain_steps):
         examples = [
             sft_example(
-                tokenizer, task, rng.randrange(10**9), rng.random() < m.pretrain_flawed_share,
+                tokenizer,
+                task,
+                rng.randrange(10**9),
+                rng.random() < m.pretrain_flawed_share,
                 draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments),
             )
             for _ in range(m.pretrain_batch_size)

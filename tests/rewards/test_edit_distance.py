@@ -83,7 +83,9 @@ def test_registered():
 
 def test_also_correct_strings_are_accepted_and_the_dense_credit_takes_the_nearest():
     problem = Problem(id="p", prompt="?", answer="reward", metadata={"also_correct": ["prize"]})
-    assert exact_reply(problem, "prize").status == "ok" and exact_reply(problem, "reward").value == 1
+    assert (
+        exact_reply(problem, "prize").status == "ok" and exact_reply(problem, "reward").value == 1
+    )
     assert exact_reply(problem, "prizes").value == 0.0
     # "prizes" is 1 edit from "prize" (credit 1 - 1/6) and 5 from "reward".
     score = levenshtein(problem, "prizes")
