@@ -1,4 +1,4 @@
-"""The `rlvr` command: train, eval, pretrain, profile, list."""
+"""The `rlvr` command: train, eval, pretrain, profile, merge, list."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   rlvr train --resume runs/arithmetic-20261130-101500
   rlvr eval runs/arithmetic-20261130-101500/final --task arithmetic
   rlvr pretrain --task countdown               # build the warm-started tiny model only
+  rlvr merge --method ties --base BASE --models runs/math/final runs/code/final --out merged
   rlvr list rewards
 """
 
@@ -134,6 +135,26 @@ def cmd_profile(args) -> None:
           f"{measured / layouts[0][1]:.2f}x GRPO")  # fmt: skip
 
 
+def cmd_merge(args) -> None:
+    from rlvr.models.merging import MERGES, MergeSettings, merge_checkpoints
+    from rlvr.registry import lookup
+
+    lookup(MERGES, args.method, "rlvr merge --method")  # a typo fails before any model loads
+    weights = args.weights or [1.0] * len(args.models)
+    if len(weights) != len(args.models):
+        raise ConfigError(
+            f"--weights has {len(weights)} values for {len(args.models)} --models; give one per "
+            "model, or none (1 each)"
+        )
+    if args.density is not None and not 0 < args.density <= 1:
+        raise ConfigError(f"--density {args.density} is the share of each task vector kept; "
+                          "give a value in (0, 1]")  # fmt: skip
+    if Path(args.out).exists() and any(Path(args.out).iterdir()):
+        raise ConfigError(f"--out {args.out} is not empty; choose a new directory")
+    settings = MergeSettings(tuple(weights), args.scale, args.density, args.seed)
+    print(merge_checkpoints(args.base, args.models, args.method, settings, Path(args.out)))
+
+
 def cmd_list(args) -> None:
     from rlvr.catalog import rows
 
@@ -188,6 +209,21 @@ def parser() -> argparse.ArgumentParser:
     )
     prof.add_argument("--steps", type=int, default=5, help="steps to measure (default 5)")
     prof.set_defaults(func=cmd_profile)
+
+    mg = sub.add_parser("merge", help="merge models fine-tuned from one base into one HF model")
+    mg.add_argument("--method", required=True,
+                    help="average | task_arithmetic | ties | dare_ties | dare_linear | tsv")  # fmt: skip
+    mg.add_argument("--base", required=True, help="the model every one of --models started from")
+    mg.add_argument(
+        "--models", nargs="+", required=True, help="model or peft adapter directories to merge"
+    )
+    mg.add_argument("--out", required=True, help="directory to write the merged model to")
+    mg.add_argument("--weights", type=float, nargs="+", help="one per model (default 1 each)")
+    mg.add_argument("--scale", type=float, default=1.0, help="lambda on the merged task vector")
+    mg.add_argument("--density", type=float,
+                    help="share of each task vector kept (ties 0.2, dare_* 0.8)")  # fmt: skip
+    mg.add_argument("--seed", type=int, default=0, help="DARE's random drops")
+    mg.set_defaults(func=cmd_merge)
 
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
