@@ -3,7 +3,7 @@
 from rlvr.rewards.answers import extract_answer
 from rlvr.rewards.base import RewardFn, score_safely
 from rlvr.rewards.code import CodeTests
-from rlvr.rewards.combine import gated, weighted
+from rlvr.rewards.combine import by_domain, gated, weighted
 from rlvr.rewards.countdown import countdown_check
 from rlvr.rewards.edit_distance import exact_reply, levenshtein
 from rlvr.rewards.format import format_reward
@@ -16,7 +16,15 @@ from rlvr.rewards.reasoning_gym import reasoning_gym_score
 from rlvr.rewards.reward_model import RewardModel
 from rlvr.rewards.spurious import RandomReward
 
-__all__ = ["REWARDS", "RewardFn", "extract_answer", "gated", "score_safely", "weighted"]
+__all__ = [
+    "REWARDS",
+    "RewardFn",
+    "by_domain",
+    "extract_answer",
+    "gated",
+    "score_safely",
+    "weighted",
+]
 
 REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,

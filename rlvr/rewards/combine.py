@@ -80,3 +80,12 @@ def gated(
 
     combined.__doc__ = "Gated sum of " + " > ".join(f"{w:g}*{n}" for n, w in weights.items())
     return combined
+
+
+def by_domain(routes: Mapping[str, RewardFn]) -> RewardFn:
+    """A reward that scores each problem with the reward of its `domain` (a mix of tasks)."""
+
+    def routed(problem: Problem, response: str) -> Score:
+        return routes[problem.domain](problem, response)
+
+    return routed

@@ -5,6 +5,7 @@ from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
+from rlvr.tasks.mix import MixTask
 from rlvr.tasks.nested_levels import NestedLevelsTask
 from rlvr.tasks.nim import NimTask
 from rlvr.tasks.reasoning_gym import ReasoningGymTask
@@ -18,6 +19,7 @@ __all__ = [
     "CountdownTask",
     "GuessNumberTask",
     "JsonlTask",
+    "MixTask",
     "NestedLevelsTask",
     "NimTask",
     "ReasoningGymTask",
@@ -32,6 +34,7 @@ TASKS: dict[str, type[Task]] = {
     "countdown": CountdownTask,
     "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
+    "mix": MixTask,
     "nested_levels": NestedLevelsTask,
     "nim": NimTask,
     "reasoning_gym": ReasoningGymTask,

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from rlvr.analysis.passk import pass_at_k
 from rlvr.rollout.runner import EpisodeRunner
+from rlvr.train.metrics import domain_metrics
 from rlvr.types import Problem
 
 EVAL_STREAM = 1  # keeps eval sampling seeds apart from training's (stream 0)
@@ -23,6 +24,7 @@ def evaluate(
         "eval/reward": sum(t.reward for t in greedy) / len(greedy),
         "eval/response_length": sum(t.num_generated for t in greedy) / len(greedy),
     }
+    metrics.update(domain_metrics(greedy, "eval/"))
     solved = [len(t.turn_rewards) for t in greedy if t.correct]
     if any(len(t.turn_rewards) > 1 for t in greedy):  # multi-turn: how fast it gets there
         metrics["eval/turns"] = sum(len(t.turn_rewards) for t in greedy) / len(greedy)
@@ -30,10 +32,21 @@ def evaluate(
     if k > 1:
         sampled = runner.collect(problems, k, (seed, EVAL_STREAM, step))
         correct: dict[int, int] = defaultdict(int)
+        domain: dict[int, str] = {}
         for t in sampled:
             correct[t.group_id] += t.correct
-        metrics["eval/pass@1"] = sum(pass_at_k(k, c, 1) for c in correct.values()) / len(problems)
-        metrics[f"eval/pass@{k}"] = sum(pass_at_k(k, c, k) for c in correct.values()) / len(
-            problems
-        )
+            domain[t.group_id] = t.problem.domain
+        metrics.update(_pass_rates(correct, k, "eval/"))
+        if len(set(domain.values())) > 1:
+            for name in sorted(set(domain.values())):
+                mine = {g: c for g, c in correct.items() if domain[g] == name}
+                metrics.update(_pass_rates(mine, k, f"eval/domain/{name}/"))
     return metrics
+
+
+def _pass_rates(correct: dict[int, int], k: int, prefix: str) -> dict[str, float]:
+    """Mean pass@1 and pass@k over problems, from each one's count of correct samples out of k."""
+    return {
+        f"{prefix}pass@1": sum(pass_at_k(k, c, 1) for c in correct.values()) / len(correct),
+        f"{prefix}pass@{k}": sum(pass_at_k(k, c, k) for c in correct.values()) / len(correct),
+    }

@@ -36,6 +36,22 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     components = [t.info.get("components", {}) for t in trajectories]
     for name in sorted({name for c in components for name in c}):
         metrics[f"reward/{name}"] = sum(c.get(name, 0.0) for c in components) / len(trajectories)
+    metrics.update(domain_metrics(trajectories))
+    return metrics
+
+
+def domain_metrics(trajectories: list[Trajectory], prefix: str = "") -> dict[str, float]:
+    """Accuracy and reward per problem domain (`{prefix}domain/<d>/...`), where there are several
+    (a mix of tasks, a JSONL task of several files)."""
+    domains: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        domains.setdefault(t.problem.domain, []).append(t)
+    if len(domains) < 2:
+        return {}
+    metrics = {}
+    for domain, group in sorted(domains.items()):
+        metrics[f"{prefix}domain/{domain}/accuracy"] = sum(t.correct for t in group) / len(group)
+        metrics[f"{prefix}domain/{domain}/reward"] = sum(t.reward for t in group) / len(group)
     return metrics
 
 

@@ -20,7 +20,7 @@ from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import lookup
-from rlvr.rewards import REWARDS, gated, score_safely, weighted
+from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.hf_engine import eos_ids
@@ -98,13 +98,13 @@ def build_task(cfg: Config) -> Task:
         raise ConfigError(f"task '{cfg.task.name}': {e}") from None
 
 
-def build_rewards(cfg: Config, verifier: str | None) -> dict[str, RewardFn]:
-    """The task's verifier (None for a task that scores itself as an env) and each
-    task.rewards component by name; a reward class is built from its `task.reward_params`
-    entry (where a code sandbox checks its isolation, so a run without one never starts)."""
+def build_rewards(cfg: Config, verifiers: list[str]) -> dict[str, RewardFn]:
+    """The task's verifiers (none for a task that scores itself as an env; one per domain for a
+    mix) and each task.rewards component by name; a reward class is built from its
+    `task.reward_params` entry (where a code sandbox checks its isolation, so a run without one
+    never starts)."""
     where = {n: f"task.rewards.{n}" for n in cfg.task.rewards}
-    if verifier is not None:
-        where = {verifier: "task verifier", **where}
+    where = {**{v: "task verifier" for v in verifiers}, **where}
     names, settings = list(where), cfg.task.reward_params
     for name in settings:
         if name not in names:
@@ -153,7 +153,17 @@ def build_components(cfg: Config) -> Components:
             "conversations), and RGPO hints single-turn prompts. Fix: algo.rgpo_segments=0, "
             "or a single-turn task"
         )
-    rewards = build_rewards(cfg, task.verifier)
+    routes = getattr(task, "verifiers", None)  # a mix: {domain: its task's verifier}
+    if routes and cfg.task.rewards:
+        raise ConfigError(
+            f"task '{cfg.task.name}' scores each problem with its own domain's verifier, and "
+            "task.rewards does not combine with that yet. Fix: remove task.rewards."
+        )
+    if routes:
+        rewards = build_rewards(cfg, sorted(set(routes.values())))
+        rewards[task.verifier] = by_domain({d: rewards[name] for d, name in routes.items()})
+    else:
+        rewards = build_rewards(cfg, [] if task.verifier is None else [task.verifier])
     timeout = cfg.task.reward_timeout
     verifier = (
         None

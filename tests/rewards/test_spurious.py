@@ -68,7 +68,7 @@ def test_configured_through_reward_params():
             "task.reward_params={random: {p: 0.25}}",
         ],
     )
-    assert build_rewards(cfg, "exact_reply")["random"].params.p == 0.25
+    assert build_rewards(cfg, ["exact_reply"])["random"].params.p == 0.25
     bad = load_config(
         None,
         [
@@ -78,4 +78,4 @@ def test_configured_through_reward_params():
         ],
     )
     with pytest.raises(ConfigError, match=r"task\.reward_params\.random\.p"):
-        build_rewards(bad, "exact_reply")
+        build_rewards(bad, ["exact_reply"])
