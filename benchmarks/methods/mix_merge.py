@@ -21,13 +21,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from runs import report, train_arm, warm_start
-
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.models.merging import MERGES, MergeSettings, merge_checkpoints
 from rlvr.train.evaluate import evaluate
 from rlvr.train.setup import build_components, make_runner
+from runs import report, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "mix.toml"
 DOMAINS = {
@@ -80,9 +79,7 @@ def main() -> None:
                 **score(*load_model(str(out)), args.seed),
                 "rl_seconds": round(seconds["add"] + seconds["sub"], 1),
             }
-    report(
-        "mix_merge", RECIPE, models, domains=list(DOMAINS), steps=args.steps, seed=args.seed
-    )
+    report("mix_merge", RECIPE, models, domains=list(DOMAINS), steps=args.steps, seed=args.seed)
 
 
 if __name__ == "__main__":
