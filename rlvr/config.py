@@ -514,6 +514,21 @@ class AlgoConfig(Section):
         description="RepExp: score h_i against its siblings alone, l_i / (1 - l_i), instead of "
         "the leverage l_i.",
     )
+    teacher: str = Field(
+        "",
+        description="Direct-OPD: a model (directory or hub id, the policy's tokenizer) whose "
+        "logprob of each sampled token, minus algo.teacher_ref's, joins that token's reward "
+        "(times algo.teacher_coef); '' = none. Without a teacher_ref, the policy's own logprob "
+        "is subtracted: on-policy distillation (the negative per-token reverse KL).",
+    )
+    teacher_ref: str = Field(
+        "",
+        description="Direct-OPD: the teacher before its RL run, so the reward is the shift RL "
+        "made (log pi_teacher - log pi_teacher_ref); '' = distil the teacher itself.",
+    )
+    teacher_coef: float = Field(
+        1.0, gt=0, description="Direct-OPD: weight of the per-token implicit reward."
+    )
     rgpo_segments: int = Field(
         0,
         ge=0,
@@ -784,6 +799,11 @@ class Config(Section):
                 "rollout.partial_tokens generates in segments, which neither a stop string that "
                 "spans two segments nor a tree rollout's branching survives; fix: drop "
                 "rollout.stop and rollout.tree_width, or set rollout.partial_tokens=0"
+            )
+        if a.teacher_ref and not a.teacher:
+            raise ValueError(
+                "algo.teacher_ref is the teacher before its RL run, but algo.teacher is not set; "
+                "fix: algo.teacher=<the teacher after RL>, or drop algo.teacher_ref"
             )
         if self.model.pretrain_hint_share and not a.rgpo_segments:
             raise ValueError(

@@ -17,7 +17,8 @@ from rlvr.types import Batch, Trajectory
 
 # The phases of step(), in order; they partition it, so their times add up to time/step.
 PHASES = (
-    "rollout", "baseline_rollout", "exploration", "old_logprobs", "ref_logprobs", "values", "advantages",
+    "rollout", "baseline_rollout", "exploration", "old_logprobs", "ref_logprobs",
+    "teacher_logprobs", "values", "advantages",
     "update", "weight_sync", "critic", "metrics",
 )  # fmt: skip
 OUTSIDE = ("eval", "checkpoint")  # timed in the loop around step(), not inside it

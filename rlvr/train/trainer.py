@@ -71,6 +71,7 @@ from rlvr.train.setup import (
     build_update_group,
 )
 from rlvr.train.task_filter import screen_task
+from rlvr.train.teacher import Teacher
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, warm_start_path
 from rlvr.types import Batch, Trajectory
@@ -152,6 +153,7 @@ class Trainer:
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
+        self.teacher = Teacher(a, self.tokenizer, self.model.device) if a.teacher else None
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
@@ -522,6 +524,7 @@ class Trainer:
         share = cfg.train.share_prompt
         old = ref = None
         timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
+        timings["time/teacher_logprobs"] = 0.0
         on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
         # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
         wants_squares = "sum_pi_squared" in self.components.requires
@@ -547,6 +550,15 @@ class Trainer:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
         token_rewards = batch.token_rewards
+        if self.teacher is not None:  # Direct-OPD: each token's implicit reward joins its own
+            student = old if old is not None else batch.behaviour_logprobs
+            with timed(timings, "time/teacher_logprobs"), precision:
+                implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
+            token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
+            extra["teacher/token_reward"] = float(
+                implicit.sum() / batch.loss_mask.sum().clamp(min=1)
+            )
+            extra["teacher/sequence_reward"] = float(implicit.sum(-1).mean())
         if ref is not None and cfg.algo.kl_in_reward:
             policy = old if old is not None else batch.behaviour_logprobs
             kl = self.components.kl(policy, ref, cfg.algo) * batch.loss_mask  # [B, T-1]

@@ -1,0 +1,96 @@
+"""Direct-OPD (arXiv 2607.05394): carry an RL gain from a teacher to a student of another seed with
+no verifier, by the per-token implicit reward log pi_teacher - log pi_teacher_ref on the
+student's own samples.
+
+On the default task: teacher_ref is the seed-0 warm start, the teacher is it after --teacher-steps
+of GRPO, the student is the seed-1 warm start (another initialisation and data order). Student
+arms, same budget: `direct_opd` (teacher minus teacher_ref; the verifier's weight 0, so no
+reward reaches the update but the implicit one), `distill` (on-policy distillation: teacher
+minus the student's own logprobs, also without the verifier), each credited as GRPO credits a
+reply's summed reward or `_per_token` (each token's own implicit reward: reinforce_pp at gamma
+0), both also `_kl` (a KL penalty to the student's start, coefficient 0.1), and `grpo` (the
+verifier's reward, for scale). The verifier still scores every run's
+accuracy.
+
+Prints one JSON object: the teacher's and the student's starting accuracy, per arm held-out greedy
+accuracy along the run, the mean per-sequence implicit reward, wall seconds; with the CPU, date
+and versions.
+
+    python benchmarks/methods/direct_opd.py [--steps 30] [--teacher-steps 30] [--eval-every 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from rlvr.config import load_config
+from rlvr.train.setup import build_components
+from rlvr.train.warmstart import ensure_warm_start
+from runs import report, train_arm
+
+RECIPE = Path(__file__).resolve().parents[2] / "examples" / "arithmetic.toml"
+NO_VERIFIER = "task.rewards={numeric: 0.0}"  # scored (accuracy, eval) but worth nothing
+# Each token's own implicit reward as its advantage (whitened over the batch), as OPD credits it,
+# instead of GRPO's group-normalised sum over the reply.
+PER_TOKEN = ["algo.advantage=reinforce_pp", "algo.gamma=0.0"]
+KL = "algo.kl_coef=0.1"  # k3 to the student's own start, in the loss
+
+
+def warm_start_of(seed: int) -> str:
+    cfg = load_config(RECIPE, [f"train.seed={seed}"])
+    return str(ensure_warm_start(cfg, build_components(cfg).task))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--teacher-steps", type=int, default=30)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--arms", nargs="*", help="run only these arms (default: all)")
+    args = parser.parse_args()
+    teacher_ref, student = warm_start_of(0), warm_start_of(1)
+    with tempfile.TemporaryDirectory() as run_dir:
+        trained = train_arm(RECIPE, [
+            f"model.name={teacher_ref}", f"train.steps={args.teacher_steps}", "train.seed=0",
+        ], run_dir, "teacher")  # fmt: skip
+        teacher = str(trained.trainer.run_dir.final)
+        teacher_eval = {"base": trained.summary["base_eval"]["eval/accuracy"],
+                        "final": trained.summary["final_eval"]["eval/accuracy"]}  # fmt: skip
+        shift = [NO_VERIFIER, f"algo.teacher={teacher}", f"algo.teacher_ref={teacher_ref}"]
+        distill = [NO_VERIFIER, f"algo.teacher={teacher}"]
+        arms = {
+            "direct_opd": shift,
+            "direct_opd_per_token": [*shift, *PER_TOKEN],
+            "direct_opd_kl": [*shift, KL],
+            "direct_opd_per_token_kl": [*shift, *PER_TOKEN, KL],
+            "distill": distill,
+            "distill_per_token": [*distill, *PER_TOKEN],
+            "grpo": [],
+        }
+        results = {}
+        for name, keys in arms.items():
+            if args.arms and name not in args.arms:
+                continue
+            arm = train_arm(RECIPE, [
+                f"model.name={student}", *keys, f"train.steps={args.steps}",
+                f"train.eval_every={args.eval_every}", "train.seed=1",
+            ], run_dir, name)  # fmt: skip
+            results[name] = {
+                "eval_accuracy_by_step": arm.by_step("eval/accuracy"),
+                "final_accuracy": arm.summary["final_eval"]["eval/accuracy"],
+                "final_response_length": arm.summary["final_eval"]["eval/response_length"],
+                "mean_train_reward": arm.mean("reward"),
+                "mean_train_accuracy": arm.mean("accuracy"),
+                "mean_sequence_implicit_reward": arm.mean("teacher/sequence_reward"),
+                "wall_seconds": arm.wall_seconds,
+            }
+    report(
+        "direct_opd", RECIPE, results, task="arithmetic (default)", steps=args.steps,
+        teacher_steps=args.teacher_steps, teacher_accuracy=teacher_eval,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Direct-OPD through the trainer: the rewards the advantages read gain, per sampled token, the
+teacher's logprob minus the teacher_ref's (or minus the sampler's, for on-policy distillation)."""
+
+import pytest
+import torch
+
+from rlvr.config import ConfigError, load_config
+from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.train.teacher import implicit_rewards
+from rlvr.train.trainer import Trainer
+
+
+def test_implicit_rewards_by_hand():
+    teacher = torch.tensor([[-0.5, -1.0, -2.0]])
+    baseline = torch.tensor([[-1.5, -1.0, -0.5]])
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    assert implicit_rewards(teacher, baseline, mask).tolist() == [[0.0, 0.0, -1.5]]
+
+
+def _save(path, seed, tokenizer):
+    build_model("nano", tokenizer, seed=seed).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _sequence_logprob(model, trajectory) -> float:
+    """log pi(reply | prompt) of one trajectory, from a plain forward of its tokens."""
+    ids = torch.tensor([trajectory.token_ids])
+    with torch.no_grad():
+        logprobs = model(input_ids=ids).logits[0, :-1].log_softmax(-1)
+    chosen = logprobs.gather(-1, ids[0, 1:, None]).squeeze(-1)
+    return float((chosen * torch.tensor(trajectory.loss_mask[1:])).sum())
+
+
+def _run_one_step(overrides):
+    trainer = Trainer(load_config(None, overrides))
+    original, seen, rollouts = trainer.components.advantage, [], []
+
+    def spy(inputs, algo):
+        seen.append(inputs.rewards.clone())
+        return original(inputs, algo)
+
+    collect = trainer.rollout
+
+    def keep(timings):
+        out = collect(timings)
+        rollouts.append([(t.reward, t) for t in out[0]])
+        return out
+
+    trainer.components.advantage, trainer.rollout = spy, keep
+    metrics = trainer.step()
+    return trainer, seen[0], rollouts[0], metrics
+
+
+@pytest.mark.parametrize("with_ref", [True, False])
+def test_each_sampled_tokens_implicit_reward_joins_the_reward(fast_overrides, tmp_path, with_ref):
+    tokenizer = build_tokenizer()
+    teacher, ref = _save(tmp_path / "t", 1, tokenizer), _save(tmp_path / "r", 2, tokenizer)
+    keys = [f"algo.teacher={teacher}", "algo.teacher_coef=0.5"]
+    if with_ref:
+        keys.append(f"algo.teacher_ref={ref}")
+    trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, "train.steps=1", *keys])
+    teacher_model = trainer.teacher.models["teacher"]
+    expected = []
+    for outcome, t in rollouts:
+        if with_ref:
+            shift = _sequence_logprob(teacher_model, t) - _sequence_logprob(
+                trainer.teacher.models["teacher_ref"], t
+            )
+        else:  # against the sampler's own logprobs: on-policy distillation
+            shift = _sequence_logprob(teacher_model, t) - sum(t.behaviour_logprobs)
+        expected.append(outcome + 0.5 * shift)
+    assert torch.allclose(rewards, torch.tensor(expected), atol=1e-3)
+    assert metrics["time/teacher_logprobs"] > 0 and metrics["teacher/sequence_reward"] != 0
+
+
+def test_a_teacher_with_another_tokenizer_or_a_lone_teacher_ref_is_refused(
+    fast_overrides, tmp_path
+):
+    other = build_tokenizer()
+    other.add_tokens(["<extra>"])
+    build_model("nano", build_tokenizer(), seed=1).save_pretrained(tmp_path / "t")
+    other.save_pretrained(tmp_path / "t")
+    with pytest.raises(ConfigError, match="algo.teacher = .* has another tokenizer"):
+        Trainer(load_config(None, [*fast_overrides, f"algo.teacher={tmp_path / 't'}"]))
+    with pytest.raises(ConfigError, match="algo.teacher is not set"):
+        load_config(None, [f"algo.teacher_ref={tmp_path / 't'}"])
