@@ -22,10 +22,8 @@ from pathlib import Path
 
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
-from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.setup import build_task
-from runs import report, run_all, train_arm, warm_start
+from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "target_string.toml"
 MODES = ("hello", "world")
@@ -42,11 +40,7 @@ def task_overrides(args) -> list[str]:
 
 def mode_coverage(model, tokenizer, problems, max_new_tokens: int) -> dict:
     """Sort K seeded samples per prompt by mode; the shares described in the module docstring."""
-    prompts = [encode_prompt(tokenizer, p.messages()) for p in problems for _ in range(K)]
-    replies = HFEngine(model, tokenizer).generate(
-        prompts, SamplingParams(max_new_tokens, 1.0), seeds=list(range(len(prompts)))
-    )
-    texts = [c.text for c in replies]
+    texts = sample_texts(model, tokenizer, problems, K, max_new_tokens)
     per_prompt = [set(texts[i * K : (i + 1) * K]) for i in range(len(problems))]
     hits = {mode: sum(mode in seen for seen in per_prompt) / len(problems) for mode in MODES}
     counts = [texts.count(mode) for mode in MODES]
@@ -65,10 +59,9 @@ def run_arm(beta: float, seed: int, args, run_dir: str, model_path: str) -> dict
         *task_overrides(args), f"model.name={model_path}", f"algo.elliptical_beta={beta}",
         f"train.steps={args.steps}", f"train.seed={seed}",
     ], run_dir, f"beta{beta}-{seed}")  # fmt: skip
-    cfg = load_config(RECIPE, task_overrides(args))
     trainer = arm.trainer
     coverage = mode_coverage(
-        trainer.model, trainer.tokenizer, trainer.eval_problems, cfg.rollout.max_new_tokens
+        trainer.model, trainer.tokenizer, trainer.eval_problems, trainer.cfg.rollout.max_new_tokens
     )
     return {
         **coverage,

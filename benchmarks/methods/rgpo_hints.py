@@ -23,11 +23,9 @@ from pathlib import Path
 
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
-from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.guidance import hinted, rationale_segments
-from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.setup import build_task
-from runs import report, run_all, train_arm, warm_start
+from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "target_string.toml"
 TARGET, SEGMENTS, K = "hello", 2, 8
@@ -47,13 +45,8 @@ def base_success(args) -> dict:
     shares = {}
     for level in range(SEGMENTS + 1):
         shown = [hinted(p, "".join(pieces[:level])) if level else p for p in problems]
-        prompts = [encode_prompt(tokenizer, p.messages()) for p in shown for _ in range(K)]
-        replies = HFEngine(model, tokenizer).generate(
-            prompts, SamplingParams(cfg.rollout.max_new_tokens, 1.0), list(range(len(prompts)))
-        )
-        shares[f"{level}_of_{SEGMENTS}"] = round(
-            sum(c.text == TARGET for c in replies) / len(replies), 4
-        )
+        texts = sample_texts(model, tokenizer, shown, K, cfg.rollout.max_new_tokens)
+        shares[f"{level}_of_{SEGMENTS}"] = round(texts.count(TARGET) / len(texts), 4)
     return shares
 
 

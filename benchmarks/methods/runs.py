@@ -14,6 +14,8 @@ from pathlib import Path
 from machine import machine
 
 from rlvr.config import load_config
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start
@@ -51,6 +53,15 @@ def train_arm(recipe: Path, overrides: list[str], run_dir: str, name: str) -> Ar
     summary = trainer.run()
     wall = time.perf_counter() - start
     return Arm(summary, trainer.run_dir.read_metrics(), round(wall, 1), trainer)
+
+
+def sample_texts(model, tokenizer, problems, k: int, max_new_tokens: int) -> list[str]:
+    """k replies per problem (temperature 1, seeded 0.., problem-major), as text."""
+    prompts = [encode_prompt(tokenizer, p.messages()) for p in problems for _ in range(k)]
+    replies = HFEngine(model, tokenizer).generate(
+        prompts, SamplingParams(max_new_tokens, 1.0), seeds=list(range(len(prompts)))
+    )
+    return [c.text for c in replies]
 
 
 def run_all(
