@@ -28,6 +28,7 @@ from pathlib import Path
 from rlvr.config import load_config
 from rlvr.train.setup import build_components
 from rlvr.train.warmstart import ensure_warm_start
+
 from runs import report, train_arm
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "arithmetic.toml"

@@ -26,6 +26,7 @@ from rlvr.models.loading import load_model
 from rlvr.models.merging import MERGES, MergeSettings, merge_checkpoints
 from rlvr.train.evaluate import evaluate
 from rlvr.train.setup import build_components, make_runner
+
 from runs import report, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "mix.toml"

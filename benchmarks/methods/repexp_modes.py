@@ -23,6 +23,7 @@ from pathlib import Path
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.train.setup import build_task
+
 from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "target_string.toml"
