@@ -34,6 +34,7 @@ def _config(path: str | None, overrides: list[str], quiet: bool):
 
 
 def cmd_train(args) -> None:
+    from rlvr.train.cohort import Cohort
     from rlvr.train.faults import TrainingInterrupted
     from rlvr.train.rundir import RunDir, RunDirError
     from rlvr.train.trainer import Trainer
@@ -48,9 +49,16 @@ def cmd_train(args) -> None:
             if run.finished(cfg.train.steps):  # said before loading a model it has no use for
                 print(run.finished_note(), file=sys.stderr)
                 return
-            Trainer(cfg, resume=run.path).run()
+            if cfg.cohort.members:
+                Cohort(cfg, resume=run.path).run()
+            else:
+                Trainer(cfg, resume=run.path).run()
         else:
-            Trainer(_config(args.config, args.overrides, args.quiet)).run()
+            cfg = _config(args.config, args.overrides, args.quiet)
+            if cfg.cohort.members:
+                Cohort(cfg).run()
+            else:
+                Trainer(cfg).run()
     except RunDirError as e:
         print(f"rlvr: {e}", file=sys.stderr)
         sys.exit(1)

@@ -734,6 +734,22 @@ class DistributedConfig(Section):
     )
 
 
+class CohortConfig(Section):
+    members: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Co-RL: train several policies side by side, one per entry, each the run's "
+        'config plus that entry\'s dotted overrides (e.g. {"train.seed" = 1}; {} for the run '
+        "as written). They share no parameters and answer the same problems each step. Empty: "
+        "one ordinary run.",
+    )
+    reward: Literal["peer", "self", "label"] = Field(
+        "peer",
+        description="What each member is rewarded for: 'peer' (Co-RL) agreeing with the "
+        "majority answer of the member before it in a ring, 'self' (TTRL) with its own "
+        "majority, 'label' the task's verifier as usual (the supervised control).",
+    )
+
+
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     task: TaskConfig = Field(
@@ -747,6 +763,9 @@ class Config(Section):
     log: LogConfig = Field(default_factory=LogConfig, description="Run directory and display.")
     distributed: DistributedConfig = Field(
         default_factory=DistributedConfig, description="Ray rollout workers and trainer ranks."
+    )
+    cohort: CohortConfig = Field(
+        default_factory=CohortConfig, description="Several policies trained together (Co-RL)."
     )
 
     @model_validator(mode="after")
@@ -889,7 +908,7 @@ def _parse_value(key: str, text: str) -> Any:
         return text
 
 
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
+def set_dotted(tree: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     node = tree
     for part in parts[:-1]:
@@ -987,7 +1006,7 @@ def load_config(
             raise ConfigError(
                 f"override '{item}': keys are dotted (section.key).{suggest(key, known)}"
             )
-        _set_dotted(data, key, _parse_value(key, text))
+        set_dotted(data, key, _parse_value(key, text))
     return build_config(data)
 
 

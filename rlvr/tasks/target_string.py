@@ -35,6 +35,15 @@ class TargetStringParams(BaseModel):
         "answer modes. Under prior 'plus' each demonstration shows one of the two, by a fair "
         "coin per problem; 'minus' shows neither.",
     )
+    decoy: str = Field(
+        "",
+        max_length=64,
+        pattern=r"^[a-z]*$",
+        description="A wrong answer that, under prior 'plus', the warm start's flawed "
+        "demonstrations (model.pretrain_flawed_share of them) show instead of random strings "
+        "('' = random strings): a base that holds one wrong belief with a set probability, as "
+        "in Co-RL's two-answer analysis.",
+    )
     prior: Literal["plain", "plus", "minus"] = Field(
         "plus",
         description="What the warm start shows the model: 'plain' random strings of the "
@@ -62,6 +71,11 @@ class TargetStringTask(GeneratedTask):
             raise ValueError(
                 f"target_string: task.alternative equals task.target ({params.target!r}); "
                 "choose a different string, or '' for a single target"
+            )
+        if params.decoy and params.decoy in (params.target, params.alternative):
+            raise ValueError(
+                f"target_string: task.decoy {params.decoy!r} is a correct answer; a decoy must be "
+                "wrong: choose another string"
             )
         self.params = params
         super().__init__(seed, eval_size)
@@ -111,4 +125,6 @@ class TargetStringTask(GeneratedTask):
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         if self.params.prior == "plus" and not flawed:
             return problem.metadata.get("shown", self.params.target)
+        if self.params.prior == "plus" and self.params.decoy:
+            return self.params.decoy
         return problem.metadata["filler"]

@@ -22,6 +22,7 @@ SHOWN = {
     "sft_loss": "loss",
     "reward": "reward",
     "accuracy": "acc",
+    "cohort/agreement": "agree",
     "kl": "kl",
     "eval/accuracy": "eval_acc",
     "time/step": "s/step",

@@ -7,9 +7,10 @@ KL estimators come from the registries through the config.
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -121,10 +122,25 @@ def reward_components(
     return torch.tensor(values), torch.tensor(list(weights.values()))
 
 
+@dataclass
+class Sampled:
+    """One step's rollouts as `learn` takes them."""
+
+    trajectories: list[Trajectory]
+    baselines: (
+        torch.Tensor | None
+    )  # greedy-baseline reward per sample, when the estimator reads one
+    metrics: dict[str, float]  # sampling metrics, logged with the step
+    imitation: Batch | None  # RGPO's rescued answers, to imitate under the unhinted prompt
+    timings: dict[str, float]
+
+
 class Trainer:
     """Holds the state of one run; `run()` is the loop."""
 
-    def __init__(self, cfg: Config, resume: Path | None = None):
+    def __init__(self, cfg: Config, resume: Path | None = None, resume_step: int | None = None):
+        """`resume` continues that run dir from its newest complete checkpoint, or from the one of
+        `resume_step` (a cohort resumes its members at the step all of them saved)."""
         self.cfg = cfg
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         self.display = Display(cfg.log.quiet)
@@ -168,7 +184,7 @@ class Trainer:
         }
         restored = None
         if resume and complete_checkpoints(self.run_dir.checkpoints):
-            restored = self._resume()
+            restored = self._resume(resume_step)
         else:
             self._start(resumed=resume is not None)
         in_flight = self.state.pop("in_flight", {})  # batches sampled ahead of the checkpoint
@@ -201,11 +217,19 @@ class Trainer:
                 + "; starting the run from scratch"
             )
 
-    def _resume(self) -> Restored:
+    def _resume(self, at_step: int | None) -> Restored:
         """Restore the policy, the RNGs and the trainer state; what the update group takes
         (optimizer and scheduler state) is returned for it."""
         removed = remove_incomplete(self.run_dir.checkpoints)  # the complete ones are intact
         checkpoints = complete_checkpoints(self.run_dir.checkpoints)
+        if at_step is not None:
+            if at_step not in map(checkpoint_step, checkpoints):
+                raise RunDirError(
+                    f"{self.run_dir.checkpoints} holds no checkpoint of step {at_step}"
+                )
+            for later in [c for c in checkpoints if checkpoint_step(c) > at_step]:
+                shutil.rmtree(later)  # the resumed run writes those steps again, identically
+            checkpoints = [c for c in checkpoints if checkpoint_step(c) <= at_step]
         restored = load_checkpoint(checkpoints[-1], self.model)
         state = restored.state
         if state["hash"] != self.cfg.hash():
@@ -289,6 +313,10 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         """One RL step: rollout -> rewards -> (old/ref logprobs) -> advantages -> policy update."""
+        return self.learn(self.sample())
+
+    def sample(self) -> Sampled:
+        """This step's scored groups; a cohort may rescore them before `learn`."""
         cfg, timings = self.cfg, {}
         start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
@@ -305,6 +333,12 @@ class Trainer:
         timings["time/rollout"] = (
             time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
         )
+        return Sampled(trajectories, baselines, sampling, imitation, timings)
+
+    def learn(self, sampled: Sampled) -> dict[str, float]:
+        """Shape the rewards, compute advantages and update the policy on `sampled`."""
+        cfg, timings = self.cfg, sampled.timings
+        trajectories, baselines, sampling = sampled.trajectories, sampled.baselines, sampled.metrics
         prepare_start = time.perf_counter()
         if not trajectories:  # every sample hit an infrastructure error: nothing to learn from
             self.display.message(
@@ -344,7 +378,7 @@ class Trainer:
                 a.repetition_penalty_delta, a.repetition_cap,
             )  # fmt: skip
         data, extra = self.prepare_update(batch, baselines, segments, components, timings, offsets)
-        data.imitation = imitation
+        data.imitation = sampled.imitation
         if offsets is not None:
             extra["shaping/repeated_turns"] = repeated
         extra.update(sampling, **explored)
@@ -614,58 +648,77 @@ class Trainer:
                 with stop_at_step_end() as stop_requested:
                     return self.train(stop_requested)
         finally:
-            try:
-                self.updater.close()
-            finally:
-                self.source.close()
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self.updater.close()
+        finally:
+            self.source.close()
 
     def train(self, stop_requested: Callable[[], bool]) -> dict:
-        cfg, run_dir = self.cfg, self.run_dir
-        started = time.perf_counter() - self.state["elapsed"]
-        if self.state["base_eval"] is None:
-            self.state["base_eval"] = self.evaluate()
-            self.canary.observe_eval(self.state["base_eval"]["eval/accuracy"])
-            run_dir.log({"step": 0, **self.state["base_eval"]})
-            self.display.message(
-                f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
-            )
-        with self.display.bar("rl", cfg.train.steps, self.state["step"]) as bar:
-            while self.state["step"] < cfg.train.steps:
+        self.begin()
+        with self.display.bar("rl", self.cfg.train.steps, self.state["step"]) as bar:
+            while self.state["step"] < self.cfg.train.steps:
                 if stop_requested():
                     self.stop()
                 step_start = time.perf_counter()
                 metrics = self.step()
-                self.state["step"] += 1
-                metrics["time/step"] = time.perf_counter() - step_start
-                if self.checkpoint_seconds:
-                    metrics["time/checkpoint"], self.checkpoint_seconds = self.checkpoint_seconds, 0
-                if metrics["skipped_updates"]:
-                    self.on_bad_step()
-                if self.due(cfg.train.eval_every):
-                    metrics.update(self.evaluate())
-                    self.canary.observe_eval(metrics["eval/accuracy"])
-                for warning in self.canary.new_warnings(metrics):
-                    self.display.message(f"[yellow]step {self.state['step']}: {warning}")
-                self.state["elapsed"] = time.perf_counter() - started
-                run_dir.log({"step": self.state["step"], **metrics})
+                self.record(metrics, time.perf_counter() - step_start)
                 bar.update(self.state["step"], metrics)
-                if self.due(cfg.train.save_every):
-                    start = time.perf_counter()
-                    self.save()
-                    self.checkpoint_seconds = time.perf_counter() - start
         if stop_requested():
             self.stop()
-        return self.finish(started)
+        return self.finish()
+
+    def begin(self) -> None:
+        """Start the clock (from where a resumed run stopped) and score the base model once."""
+        self.started = time.perf_counter() - self.state["elapsed"]
+        if self.state["base_eval"] is None:
+            self.state["base_eval"] = self.evaluate()
+            self.canary.observe_eval(self.state["base_eval"]["eval/accuracy"])
+            self.run_dir.log({"step": 0, **self.state["base_eval"]})
+            self.display.message(
+                f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
+            )
+
+    def record(self, metrics: dict[str, float], seconds: float) -> None:
+        """Close a step that took `seconds`: count it, eval and checkpoint when due, log it."""
+        cfg = self.cfg
+        self.state["step"] += 1
+        metrics["time/step"] = seconds
+        if self.checkpoint_seconds:
+            metrics["time/checkpoint"], self.checkpoint_seconds = self.checkpoint_seconds, 0
+        if metrics["skipped_updates"]:
+            self.on_bad_step()
+        if self.due(cfg.train.eval_every):
+            metrics.update(self.evaluate())
+            self.canary.observe_eval(metrics["eval/accuracy"])
+        for warning in self.canary.new_warnings(metrics):
+            self.display.message(f"[yellow]step {self.state['step']}: {warning}")
+        self.state["elapsed"] = time.perf_counter() - self.started
+        self.run_dir.log({"step": self.state["step"], **metrics})
+        if self.due(cfg.train.save_every):
+            start = time.perf_counter()
+            self.save()
+            self.checkpoint_seconds = time.perf_counter() - start
 
     def stop(self) -> None:
         """Ctrl-C, between steps: the state is exactly that after a whole step, so a checkpoint
         of it resumes bit for bit."""
-        done = complete_checkpoints(self.run_dir.checkpoints)
-        if not done or checkpoint_step(done[-1]) != self.state["step"]:
-            self.save()
+        self.save_if_new()
         raise TrainingInterrupted(
             f"stopped after step {self.state['step']}; {resume_hint(self.run_dir.path)}"
         )
+
+    def save_if_new(self) -> None:
+        done = complete_checkpoints(self.run_dir.checkpoints)
+        if not done or checkpoint_step(done[-1]) != self.state["step"]:
+            self.save()
+
+    def use_task(self, task) -> None:
+        """Train and evaluate on `task`'s problems (a cohort's members share one task)."""
+        self.components.task = task
+        self.eval_problems = task.eval_problems()
 
     def due(self, interval: int) -> bool:
         """Every `interval` steps (0 = never) before the last, which finish() handles."""
@@ -682,11 +735,11 @@ class Trainer:
                 "reward for extreme values."
             )
 
-    def finish(self, started: float) -> dict:
+    def finish(self) -> dict:
         final_eval = self.evaluate()
         self.run_dir.log({"step": self.state["step"], **final_eval})
         self.state["final_eval"] = final_eval  # marks the checkpoint as that of a finished run
-        self.state["elapsed"] = time.perf_counter() - started
+        self.state["elapsed"] = time.perf_counter() - self.started
         self.save()
         return self.finalize()
 

@@ -1,0 +1,277 @@
+"""Co-RL: several policies trained in lockstep on the same problems, each rewarded for agreeing
+with the majority answer of its neighbour in a ring (or its own, TTRL), so no label is read."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+
+from sklearn.metrics import cohen_kappa_score
+
+from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
+from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, majority_vote
+from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
+from rlvr.train.display import Display
+from rlvr.train.faults import TrainingInterrupted, stop_at_step_end
+from rlvr.train.setup import build_components
+from rlvr.train.trainer import Trainer
+from rlvr.types import Trajectory
+
+# Keys every member must share: they sample the same problems in the same steps, and save and
+# evaluate together so that the cohort resumes at a step all of them saved.
+SHARED_KEYS = ("task.", "cohort.", "log.", "distributed.", "rollout.batch_size",
+               "rollout.group_size", "rollout.max_staleness", "train.steps", "train.eval_every",
+               "train.save_every")  # fmt: skip
+
+
+def member_configs(cfg: Config, cohort_dir: Path) -> list[Config]:
+    """One config per cohort.members entry: the run's config with the entry's dotted overrides,
+    logging to `cohort_dir`/member-<i>."""
+    base = cfg.model_dump(mode="json")
+    del base["cohort"]
+    configs = []
+    for index, overrides in enumerate(cfg.cohort.members):
+        data = copy.deepcopy(base)
+        for key, value in overrides.items():
+            if "." not in key:
+                raise ConfigError(
+                    f"cohort.members[{index}]: '{key}' is not a dotted key; fix: write "
+                    f'section.key, e.g. {{"train.seed" = {index}}}'
+                )
+            if key.startswith(SHARED_KEYS):
+                raise ConfigError(
+                    f"cohort.members[{index}]: '{key}' must be the same for every member (they "
+                    "answer the same problems in lockstep, and save and evaluate together); fix: "
+                    "set it for the whole run, outside cohort.members"
+                )
+            set_dotted(data, key, value)
+        data["log"].update(run_dir=str(cohort_dir), name=f"member-{index}")
+        try:
+            configs.append(build_config(data))
+        except ConfigError as e:
+            raise ConfigError(f"cohort.members[{index}]: {e}") from None
+    return configs
+
+
+def check_cohort(cfg: Config) -> None:
+    """Refuse, before any work, a cohort whose rewards could not be read or would leak labels."""
+    c, a = cfg.cohort, cfg.algo
+    if c.reward == "peer" and len(c.members) < 2:
+        raise ConfigError(
+            f"cohort.reward = 'peer' rewards each member by its ring neighbour, but cohort.members "
+            f'has {len(c.members)}; fix: add a member (e.g. {{"train.seed" = 1}}), or '
+            "cohort.reward=self"
+        )
+    if cfg.distributed.backend != "local":
+        raise ConfigError(
+            "a cohort trains its members in one process; fix: distributed.backend=local"
+        )
+    if c.reward == "label":
+        return
+    components = build_components(cfg)
+    task = components.task
+    if task.verifier not in ANSWER_KEYS:
+        what = "scores itself as an environment" if task.verifier is None else (
+            f"is checked by '{task.verifier}'"
+        )  # fmt: skip
+        raise ConfigError(
+            f"cohort.reward = '{c.reward}' votes on answers, but task '{cfg.task.name}' {what}, "
+            f"whose answers a vote cannot read (it reads those of {', '.join(ANSWER_KEYS)}); "
+            "fix: a single-turn task with one of those verifiers, or cohort.reward=label"
+        )
+    label_readers = {
+        "task.rewards": bool(cfg.task.rewards),
+        "task.filter": bool(cfg.task.filter),
+        "algo.dynamic_sampling": a.dynamic_sampling,
+        "algo.rgpo_segments": bool(a.rgpo_segments),
+        "algo.elliptical_beta": bool(a.elliptical_beta),
+        f"algo.advantage = '{a.advantage}'": "baseline_rewards" in components.requires,
+    }
+    for key, used in label_readers.items():
+        if used:
+            raise ConfigError(
+                f"cohort.reward = '{c.reward}' trains without labels, but {key} reads the "
+                "verifier's scores; fix: drop it, or cohort.reward=label"
+            )
+
+
+def votes(trajectories: list[Trajectory], answers: list[str | None]) -> dict[int, tuple]:
+    """Each group's majority answer: {group id: (problem id, answer or None, whether the
+    answer is right by the verifier)}."""
+    groups: dict[int, list[int]] = {}
+    for index, trajectory in enumerate(trajectories):
+        groups.setdefault(trajectory.group_id, []).append(index)
+    result = {}
+    for group, members in groups.items():
+        label = majority_vote([answers[i] for i in members])
+        right = any(answers[i] == label and trajectories[i].correct for i in members)
+        result[group] = (trajectories[members[0]].problem.id, label, label is not None and right)
+    return result
+
+
+def kappa(own: list[str], peer: list[str]) -> float | None:
+    """Cohen's kappa between two members' majority answers; None where it is undefined (both
+    always gave the one same answer)."""
+    if not own or set(own) | set(peer) == set(own[:1]):
+        return None
+    return float(cohen_kappa_score(own, peer))
+
+
+def rescore(
+    trajectories: list[list[Trajectory]], answers: list[list[str | None]], mode: str
+) -> list[dict[str, float]]:
+    """Replace each member's rewards (in place) by agreement with its peer's majority answer per
+    group: the member before it in the ring ('peer') or itself ('self'); 'label' keeps the
+    verifier's. Returns each member's cohort metrics."""
+    majorities = [votes(t, a) for t, a in zip(trajectories, answers)]
+    metrics = []
+    for index, (samples, replies) in enumerate(zip(trajectories, answers)):
+        own, peer = majorities[index], majorities[index if mode == "self" else index - 1]
+        shared = sorted(set(own) & set(peer))
+        for group in shared:
+            if own[group][0] != peer[group][0]:
+                raise RuntimeError(
+                    f"cohort: member {index} and its peer answered different problems in one "
+                    f"group ({own[group][0]} vs {peer[group][0]}); members must share the task"
+                )
+        labels = [peer.get(t.group_id, (None, None))[1] for t in samples]
+        agree = [agreement_rewards([a], label)[0] for a, label in zip(replies, labels)]
+        if mode != "label":
+            for trajectory, reward in zip(samples, agree):
+                trajectory.turn_rewards = [0.0] * (len(trajectory.turn_rewards) - 1) + [reward]
+        labelled = [g for g in peer if peer[g][1] is not None]
+        member = {
+            "cohort/agreement": sum(agree) / max(len(agree), 1),
+            "cohort/labelled": len(labelled) / max(len(peer), 1),
+            "cohort/label_accuracy": sum(peer[g][2] for g in labelled) / max(len(labelled), 1),
+            "cohort/majority_accuracy": sum(v[2] for v in own.values()) / max(len(own), 1),
+        }
+        both = [g for g in shared if own[g][1] is not None and peer[g][1] is not None]
+        value = kappa([own[g][1] for g in both], [peer[g][1] for g in both])
+        if value is not None and mode != "self":
+            member["cohort/kappa"] = value
+        metrics.append(member)
+    return metrics
+
+
+def common_step(checkpoint_dirs: list[Path]) -> int | None:
+    """The newest step every member checkpointed (a kill between two members' saves leaves one a
+    save ahead), or None."""
+    saved = [set(map(checkpoint_step, complete_checkpoints(d))) for d in checkpoint_dirs]
+    return max(set.intersection(*saved), default=None)
+
+
+class Cohort:
+    """The members' Trainers, stepped together; `run()` is the loop."""
+
+    def __init__(self, cfg: Config, resume: Path | None = None):
+        self.cfg = cfg
+        name = cfg.log.name or f"cohort-{cfg.task.name.replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"  # fmt: skip
+        self.path = resume or Path(cfg.log.run_dir) / name
+        configs = member_configs(cfg, self.path)
+        check_cohort(cfg)
+        self.display = Display(cfg.log.quiet)
+        step = None
+        if resume:
+            dirs = [self.path / f"member-{i}" / "checkpoints" for i in range(len(configs))]
+            step = common_step(dirs)
+            if step is None:  # no step all members saved: start every one over
+                for directory in dirs:
+                    shutil.rmtree(directory, ignore_errors=True)
+        if not resume:
+            if self.path.exists() and any(self.path.iterdir()):
+                raise ConfigError(
+                    f"cohort directory {self.path} is not empty; fix: `rlvr train --resume "
+                    f"{self.path}` to continue it, or set log.name to a new name"
+                )
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / "config.yaml").write_text(dump_config(cfg))
+        self.members: list[Trainer] = []
+        try:
+            for index, member_cfg in enumerate(configs):
+                self.display.message(f"cohort member {index}")
+                member_dir = self.path / f"member-{index}" if resume else None
+                self.members.append(Trainer(member_cfg, resume=member_dir, resume_step=step))
+        except BaseException:
+            self.close()
+            raise
+        for member in self.members[1:]:
+            member.use_task(self.members[0].components.task)
+        verifier = self.members[0].components.task.verifier
+        fallback = cfg.task.reward_params.get(verifier, {}).get("fallback", "none")
+        # under cohort.reward 'label' any verifier goes; its answers are then only counted
+        self.answer = partial(
+            ANSWER_KEYS.get(verifier, lambda text, fallback: None), fallback=fallback
+        )
+
+    def run(self) -> dict:
+        """Train every member to train.steps; the first Ctrl-C stops after the current step with
+        a checkpoint of every member."""
+        try:
+            with stop_at_step_end() as stop_requested:
+                return self.train(stop_requested)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(f"interrupted mid-step; {self.resume_hint()}") from None
+        finally:
+            self.close()
+
+    def train(self, stop_requested) -> dict:
+        members, steps = self.members, self.cfg.train.steps
+        for member in members:
+            if member.state.get("final_eval") is None:
+                member.begin()
+        with self.display.bar("cohort", steps, members[0].state["step"]) as bar:
+            while members[0].state["step"] < steps:
+                if stop_requested():
+                    self.stop()
+                sampled, seconds = [], []
+                for member in members:
+                    start = time.perf_counter()
+                    sampled.append(member.sample())
+                    seconds.append(time.perf_counter() - start)
+                answers = [[self.answer(t.response_text) for t in s.trajectories] for s in sampled]
+                trajectories = [s.trajectories for s in sampled]
+                for sample, extra in zip(
+                    sampled, rescore(trajectories, answers, self.cfg.cohort.reward)
+                ):
+                    sample.metrics.update(extra)
+                logged = []
+                for member, sample, sampling in zip(members, sampled, seconds):
+                    start = time.perf_counter()
+                    metrics = member.learn(sample)
+                    member.record(metrics, sampling + time.perf_counter() - start)
+                    logged.append(metrics)
+                shown = {
+                    k: sum(m[k] for m in logged) / len(logged)
+                    for k in set.intersection(*map(set, logged))
+                }
+                bar.update(members[0].state["step"], shown)  # the members' means
+        if stop_requested():
+            self.stop()
+        summaries = [
+            m.finish() if m.state.get("final_eval") is None else m.finalize() for m in members
+        ]
+        summary = {"steps": steps, "reward": self.cfg.cohort.reward, "members": summaries}
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.save_if_new()
+        raise TrainingInterrupted(
+            f"stopped after step {self.members[0].state['step']}; {self.resume_hint()}"
+        )
+
+    def resume_hint(self) -> str:
+        return (
+            f"`rlvr train --resume {self.path}` continues every member from the newest step all "
+            "of them saved"
+        )
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
