@@ -29,7 +29,7 @@ from rlvr.train.cohort import Cohort
 from runs import report
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "co_rl.toml"
-STRONG, WEAK = 0.3, 0.7  # flawed shares: the warm start says the decoy in this share of replies
+STRONG, WEAK = 0.15, 0.7  # flawed shares: the warm start says the decoy in this share of replies
 ARMS = {
     "peer_above": ("peer", STRONG, WEAK),
     "self_above": ("self", STRONG, WEAK),
