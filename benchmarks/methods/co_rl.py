@@ -5,8 +5,8 @@ On `target_string` with a decoy: each member's warm start says the target or one
 in proportions set by model.pretrain_flawed_share. The paper's two-agent analysis predicts
 convergence to the right answer when p_A + p_B > 1 and to the wrong one when it is below 1,
 with TTRL's self-majority moving each member along sign(p - 1/2) alone. Arms, same budget:
-`peer_above` (p ~0.7 and ~0.3), `self_above` (TTRL on the same pair), `label_above` (the
-verifier, for scale), `peer_below` (p ~0.3 and ~0.3).
+`peer_above` (p ~0.87 and ~0.27), `self_above` (TTRL on the same pair), `label_above` (the
+verifier, for scale), `peer_below` (p ~0.26 and ~0.27).
 
 Prints one JSON object: per arm and member, the base and final held-out pass@1 and greedy
 accuracy, the last step's agreement and pseudo-label accuracy, wall seconds; with the CPU, date
