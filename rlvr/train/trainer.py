@@ -127,9 +127,8 @@ class Sampled:
     """One step's rollouts as `learn` takes them."""
 
     trajectories: list[Trajectory]
-    baselines: (
-        torch.Tensor | None
-    )  # greedy-baseline reward per sample, when the estimator reads one
+    # greedy-baseline reward per sample, when the estimator reads one
+    baselines: torch.Tensor | None
     metrics: dict[str, float]  # sampling metrics, logged with the step
     imitation: Batch | None  # RGPO's rescued answers, to imitate under the unhinted prompt
     timings: dict[str, float]
