@@ -170,7 +170,8 @@ class Cohort:
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg
-        name = cfg.log.name or f"cohort-{cfg.task.name.replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"  # fmt: skip
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = cfg.log.name or f"cohort-{cfg.task.name.replace(':', '_')}-{stamp}"
         self.path = resume or Path(cfg.log.run_dir) / name
         configs = member_configs(cfg, self.path)
         check_cohort(cfg)
