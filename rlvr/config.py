@@ -514,6 +514,32 @@ class AlgoConfig(Section):
         description="RepExp: score h_i against its siblings alone, l_i / (1 - l_i), instead of "
         "the leverage l_i.",
     )
+    parallel_accel_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Parason: a correct rollout whose reply parses as a parallel-thread trace "
+        "gains weight * min(acceleration - 1, algo.parallel_accel_cap), acceleration = its "
+        "tokens / its critical-path tokens; 0 disables (the paper: 0.5).",
+    )
+    parallel_accel_cap: float = Field(
+        0.2, gt=0, description="Parason: the most acceleration - 1 that earns a bonus."
+    )
+    parallel_subtask_beta: float = Field(
+        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
+        "<Subtask> threads, paid to correct rollouts (the paper sweeps 0.025-0.1).",
+    )  # fmt: skip
+    parallel_trial_beta: float = Field(
+        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
+        "<Trial> threads, paid to correct rollouts.",
+    )  # fmt: skip
+    parallel_ratio_beta: float = Field(
+        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
+        "any thread, paid to correct rollouts.",
+    )  # fmt: skip
+    parallel_latency_alpha: float = Field(
+        0.0, ge=0, description="Parason: weight of the group z-score of the acceleration, paid "
+        "to correct rollouts (the paper: 0 or 0.1).",
+    )  # fmt: skip
     teacher: str = Field(
         "",
         description="Direct-OPD: a model (directory or hub id, the policy's tokenizer) whose "

@@ -1,5 +1,6 @@
 """Reward shaping: DAPO's soft overlong penalty, when multi-turn rewards reach the learner,
-River's turn-level repetition penalty on advantages, and RepExp's elliptical exploration bonus."""
+River's turn-level repetition penalty on advantages, RepExp's elliptical exploration bonus and
+Parason's parallel-structure bonus."""
 
 from __future__ import annotations
 
@@ -130,3 +131,39 @@ def elliptical_bonus(
         leverage = (h * torch.linalg.solve(sigma, h.T).T).sum(-1)
         bonus[rows] = leverage / (1 - leverage) if leave_one_out else leverage
     return bonus
+
+
+def group_zscores(values: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(v - group mean) / group std [B] (population std); 0 in a group whose std is <= eps."""
+    z = torch.zeros_like(values, dtype=torch.float64)
+    for group in group_ids.unique():
+        rows = group_ids == group
+        v = values[rows].double()
+        std = v.std(correction=0)
+        if std > eps:
+            z[rows] = (v - v.mean()) / std
+    return z
+
+
+def parallel_bonus(
+    acceleration: torch.Tensor,
+    structure: torch.Tensor,
+    correct: torch.Tensor,
+    group_ids: torch.Tensor,
+    accel_weight: float,
+    accel_cap: float,
+    betas: tuple[float, float, float],
+    latency_alpha: float,
+) -> torch.Tensor:
+    """Parason's reward on top of correctness [B] (arXiv 2608.24658), paid to correct rollouts
+    only: accel_weight * min(acceleration - 1, accel_cap), plus the group z-scores of the
+    structure shares [B, 3] (subtask, trial, parallel ratio) weighted by `betas` and of the
+    acceleration weighted by `latency_alpha`. Z-scores are taken over the whole group, wrong
+    rollouts included, as the reference reward manager does."""
+    bonus = accel_weight * (acceleration.double() - 1).clamp(max=accel_cap)
+    for column, beta in enumerate(betas):
+        if beta:
+            bonus = bonus + beta * group_zscores(structure[:, column], group_ids)
+    if latency_alpha:
+        bonus = bonus + latency_alpha * group_zscores(acceleration, group_ids)
+    return torch.where(correct.bool(), bonus, 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -31,8 +32,9 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 }
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level fast tokenizer with pad/bos/eos and a chat template."""
+def build_tokenizer(added_tokens: Sequence[str] = ()) -> PreTrainedTokenizerFast:
+    """Character-level fast tokenizer with pad/bos/eos and a chat template; `added_tokens` (a
+    task's markup, such as Parason's tags) become one ordinary token each, kept in decoded text."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(
@@ -49,6 +51,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         padding_side="left",
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.add_tokens(list(added_tokens))
     return tokenizer
 
 

@@ -8,6 +8,7 @@ from rlvr.tasks.jsonl import JsonlTask
 from rlvr.tasks.mix import MixTask
 from rlvr.tasks.nested_levels import NestedLevelsTask
 from rlvr.tasks.nim import NimTask
+from rlvr.tasks.product_sum import ProductSumTask
 from rlvr.tasks.reasoning_gym import ReasoningGymTask
 from rlvr.tasks.search_qa import SearchQATask
 from rlvr.tasks.target_string import TargetStringTask
@@ -22,6 +23,7 @@ __all__ = [
     "MixTask",
     "NestedLevelsTask",
     "NimTask",
+    "ProductSumTask",
     "ReasoningGymTask",
     "SearchQATask",
     "TargetStringTask",
@@ -37,6 +39,7 @@ TASKS: dict[str, type[Task]] = {
     "mix": MixTask,
     "nested_levels": NestedLevelsTask,
     "nim": NimTask,
+    "product_sum": ProductSumTask,
     "reasoning_gym": ReasoningGymTask,
     "search_qa": SearchQATask,
     "target_string": TargetStringTask,

@@ -61,6 +61,7 @@ from rlvr.train.faults import (
 )
 from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, staleness_metrics
+from rlvr.train.parallel import parallel_on, parallel_shaping
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
@@ -353,11 +354,19 @@ class Trainer:
         for trajectory, penalty in zip(trajectories, penalties.tolist()):
             trajectory.turn_rewards[-1] += penalty
         batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        explored = {}
+        explored, bonuses = {}, []
         if self.explorer is not None:
             with timed(timings, "time/exploration"):
                 bonus, explored = self.exploration_bonus(batch, trajectories)
-            for trajectory, value in zip(trajectories, bonus.tolist()):
+            bonuses.append(bonus)
+        if parallel_on(cfg.algo):
+            bonus, measured = parallel_shaping(
+                trajectories, batch.group_ids, self.tokenizer, cfg.algo
+            )
+            bonuses.append(bonus)
+            explored.update(measured)
+        if bonuses:
+            for trajectory, value in zip(trajectories, sum(bonuses).tolist()):
                 trajectory.turn_rewards[-1] += value
             # rebuilt so every reward view (token, turn, episode) holds the bonus
             batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)

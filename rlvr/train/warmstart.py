@@ -152,7 +152,7 @@ def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
     path = warm_start_path(cfg, task)
     if (path / COMPLETE).is_file():
         return path
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(getattr(task, "added_tokens", ()))
     model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed)
     supervised_train(model, tokenizer, task, cfg, on_step)
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")

@@ -1,10 +1,14 @@
+import math
+
 import pytest
 import torch
 
 from rlvr.algos.shaping import (
     elliptical_bonus,
+    group_zscores,
     jaccard,
     overlong_penalty,
+    parallel_bonus,
     repeated_turns,
     repetition_offsets,
     repetition_penalties,
@@ -150,3 +154,25 @@ def test_elliptical_bonus_favours_the_odd_one_out_and_skips_groups_with_nothing_
     bonus = elliptical_bonus(features, groups, correct, lam=0.01)
     assert bonus[3] > bonus[0] == bonus[1] == bonus[2] > 0  # the one unlike its siblings
     assert bonus[4:].tolist() == [0.0] * 4  # no correct rollout in group 1
+
+
+def test_group_zscores_use_the_population_std_and_zero_a_constant_group():
+    values = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0])
+    z = group_zscores(values, torch.tensor([0, 0, 0, 1, 1]))
+    std = math.sqrt(2 / 3)  # of 1, 2, 3 about their mean 2
+    assert torch.allclose(z, torch.tensor([-1 / std, 0.0, 1 / std, 0.0, 0.0], dtype=z.dtype))
+
+
+def test_parallel_bonus_by_hand():
+    acceleration = torch.tensor([1.5, 1.0, 1.1, 1.3])
+    structure = torch.tensor([[0.4, 0.0, 0.4], [0.0, 0.0, 0.0], [0.2, 0.1, 0.3], [0.5, 0.0, 0.5]])
+    correct, groups = torch.tensor([True, True, False, True]), torch.tensor([0, 0, 0, 1])
+    bonus = parallel_bonus(acceleration, structure, correct, groups, 0.5, 0.2, (0.05, 0, 0), 0.1)
+    # group 0: accelerations 1.5, 1.0, 1.1 (mean 1.2), subtask shares 0.4, 0, 0.2 (mean 0.2)
+    accel_std, subtask_std = math.sqrt((0.09 + 0.04 + 0.01) / 3), math.sqrt(0.08 / 3)
+    first = 0.5 * 0.2 + 0.05 * 0.2 / subtask_std + 0.1 * 0.3 / accel_std  # capped at 0.2
+    second = 0.5 * 0.0 - 0.05 * 0.2 / subtask_std - 0.1 * 0.2 / accel_std
+    # the wrong rollout gets nothing; the lone rollout of group 1 has no spread to score
+    expected = torch.tensor([first, second, 0.0, 0.5 * 0.2], dtype=torch.float64)
+    assert torch.allclose(bonus, expected)
+    assert second < 0  # a slower correct sibling is pushed below its group

@@ -114,3 +114,16 @@ def test_save_and_load_with_auto_classes(tokenizer, tmp_path):
     x = torch.tensor([ids[:64]])
     with torch.no_grad():
         assert torch.equal(model(x).logits, model2(x).logits)
+
+
+def test_added_tokens_are_one_token_each_and_survive_decoding(tmp_path):
+    tokenizer = build_tokenizer(["<Thread>", "</Thread>"])
+    assert len(tokenizer) == len(build_tokenizer()) + 2
+    text = "<Thread>1: 3*4=12</Thread> <Thread"  # the unfinished tag stays characters
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == 1 + len("1: 3*4=12") + 1 + len(" <Thread")
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    tokenizer.save_pretrained(tmp_path)
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path)(text, add_special_tokens=False)["input_ids"] == ids
+    )

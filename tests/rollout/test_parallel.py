@@ -1,0 +1,148 @@
+"""Parason's grammar: the thread tree, critical path and structure shares of hand-written traces,
+and the dispatch of parallel regions to blind sibling threads."""
+
+import pytest
+
+from rlvr.models.tiny import build_tokenizer
+from rlvr.rollout.engine import Completion, SamplingParams
+from rlvr.rollout.parallel import (
+    TAG_TOKENS,
+    TraceError,
+    characters,
+    counter_for,
+    generate_parallel,
+    parse_trace,
+    trace_stats,
+)
+
+TOKENIZER = build_tokenizer(TAG_TOKENS)  # each tag one token, every other character one token
+
+FLAT = (
+    "ab<Parallel><Outlines><Subtask>x</Subtask><Trial>y</Trial></Outlines>"
+    "<Thread>1234</Thread><Thread>12</Thread></Parallel>cd"
+)
+NESTED = (
+    "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+    "<Thread>x<Parallel><Outlines><Trial>c</Trial><Trial>d</Trial></Outlines>"
+    "<Thread>12345</Thread><Thread>1</Thread></Parallel></Thread>"
+    "<Thread>123</Thread></Parallel>"
+)
+
+
+def stats(text):
+    return trace_stats(text, counter_for(TOKENIZER, text))
+
+
+def test_a_flat_region_costs_its_outlines_and_its_longest_thread():
+    s = stats(FLAT)
+    # ab 2 | <P> <O> 2 | <S>x</S> 3 | <T>y</T> 3 | </O> 1 | thread 6 | thread 4 | </P> 1 | cd 2
+    assert s.total_tokens == 24
+    assert s.critical_path_tokens == 20  # all but the shorter thread
+    assert s.acceleration == pytest.approx(24 / 20)
+    assert (s.subtask_ratio, s.trial_ratio, s.parallel_ratio) == (6 / 24, 4 / 24, 10 / 24)
+    assert s.regions == 1 and s.well_formed
+    tree = parse_trace(FLAT)
+    assert [t.kind for t in tree.regions[0].threads] == ["subtask", "trial"]
+    assert FLAT[slice(*tree.regions[0].threads[1].span)] == "<Thread>12</Thread>"
+
+
+def test_a_nested_region_shortens_the_path_of_its_thread():
+    s = stats(NESTED)
+    # outer head 9; thread 1 = 1 + 1 + inner head 9 + 7 + 3 + </P> 1 + </Thread> 1 = 23, whose
+    # own path drops the inner shorter thread (3): 20; thread 2 = 5; </P> 1
+    assert s.total_tokens == 9 + 23 + 5 + 1
+    assert s.critical_path_tokens == 9 + 20 + 1
+    assert s.regions == 2
+    # thread 1's own tokens are its subtask's (23 - 10 nested); the nested trials are 7 + 3
+    assert s.subtask_ratio == pytest.approx((13 + 5) / 38)
+    assert s.trial_ratio == pytest.approx(10 / 38)
+    assert s.parallel_ratio == pytest.approx(28 / 38)
+
+
+def test_a_sequential_trace_is_its_own_critical_path():
+    s = trace_stats("3*4=12 5*6=30 #### 42")
+    assert s.total_tokens == s.critical_path_tokens == 21 and s.acceleration == 1.0
+    assert s.parallel_ratio == 0.0 and s.regions == 0 and s.well_formed
+
+
+def test_characters_are_the_default_count():
+    assert trace_stats(FLAT).total_tokens == len(FLAT)
+    assert trace_stats(FLAT).critical_path_tokens == len(FLAT) - len("<Thread>12</Thread>")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+         "<Thread>1</Thread></Parallel>", "expected <Thread>"),
+        ("<Parallel><Outlines><Subtask>a</Subtask></Outlines>"
+         "<Thread>1</Thread><Thread>2</Thread></Parallel>", "more <Thread> blocks than the 1"),
+        ("<Parallel><Outlines></Outlines><Thread>1</Thread></Parallel>", "without a <Subtask>"),
+        ("<Parallel><Outlines><Subtask>a</Subtask></Outlines>so<Thread>1</Thread></Parallel>",
+         "text 'so'"),
+        ("<Parallel><Outlines><Subtask>a</Subtask></Outlines><Thread>1", "unclosed <Thread>"),
+        ("done</Thread>", "</Thread> outside its block"),
+    ],
+)  # fmt: skip
+def test_a_broken_trace_names_the_fault_and_counts_as_sequential(text, why):
+    with pytest.raises(TraceError, match=why):
+        parse_trace(text)
+    s = trace_stats(text, characters)
+    assert not s.well_formed and s.acceleration == 1.0 and s.critical_path_tokens == len(text)
+
+
+class ScriptedPolicy:
+    """An Engine that writes one region of two subtasks, a thread per dispatched opening, then
+    the conclusion; it records every context it was asked to continue."""
+
+    def __init__(self):
+        self.contexts = []
+
+    def generate(self, prompts, params, seeds=None):
+        outs = []
+        for ids in prompts:
+            text = TOKENIZER.decode(ids, skip_special_tokens=True)
+            self.contexts.append(text)
+            if text.endswith(("<Thread>1:", "<Thread>2:")):
+                reply, reason = f" work{text[-2]}</Thread>", "stop"
+            elif "<Parallel>" not in text:
+                reply = "go <Parallel><Outlines><Subtask>1: a</Subtask><Subtask>2: b</Subtask></Outlines>"
+                reason = "stop"
+            else:
+                reply, reason = "</Parallel> #### 3", "eos"
+            reply_ids = TOKENIZER(reply, add_special_tokens=False)["input_ids"]
+            if len(reply_ids) > params.max_new_tokens:
+                reply_ids, reason = reply_ids[: params.max_new_tokens], "length"
+            outs.append(Completion(reply_ids, [0.0] * len(reply_ids), reason))
+        return outs
+
+
+def test_dispatch_runs_each_thread_blind_to_its_siblings():
+    engine = ScriptedPolicy()
+    prompt = TOKENIZER("q=", add_special_tokens=False)["input_ids"]
+    (episode,) = generate_parallel(engine, [prompt], TOKENIZER, SamplingParams(200), seeds=[7])
+    assert episode.text == (
+        "go <Parallel><Outlines><Subtask>1: a</Subtask><Subtask>2: b</Subtask></Outlines>"
+        "<Thread>1: work1</Thread><Thread>2: work2</Thread></Parallel> #### 3"
+    )
+    assert episode.finish_reason == "eos" and episode.threads == 2
+    second = next(c for c in engine.contexts if c.endswith("<Thread>2:"))
+    assert "work1" not in second  # the sibling's work is not in its context
+    assert stats(episode.text).well_formed
+
+
+@pytest.mark.parametrize(
+    ("budget", "ending"),
+    [
+        # the opening takes 18 tokens; 12 left give each thread 6: its opening (3), 2 of work
+        # and the closing the dispatcher adds (1); none remain for the conclusion
+        (30, "</Outlines><Thread>1: w</Thread><Thread>2: w</Thread>"),
+        (20, "</Outlines>"),  # 2 left: no room for two threads, so none is dispatched
+    ],
+)
+def test_dispatch_keeps_the_whole_reply_within_the_budget(budget, ending):
+    engine = ScriptedPolicy()
+    prompt = TOKENIZER("q=", add_special_tokens=False)["input_ids"]
+    (episode,) = generate_parallel(engine, [prompt], TOKENIZER, SamplingParams(budget), seeds=[7])
+    assert episode.finish_reason == "length" and episode.text.endswith(ending)
+    assert len(episode.token_ids) <= budget
