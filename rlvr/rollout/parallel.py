@@ -197,6 +197,23 @@ def trace_stats(text: str, count: Counter = characters) -> TraceStats:
     )
 
 
+def blind_threads(text: str) -> list[tuple[str, str]]:
+    """(context, thread) for each thread after the first of every top-level region of a well-
+    formed trace: the text before the region's first thread, and the thread as written. That
+    context is all a dispatched thread sees, so training on these pairs as well as on the whole
+    trace makes siblings blind to each other (the paper's prefix-tree attention mask, as
+    separate sequences); the first thread already sees only it."""
+    try:
+        regions = parse_trace(text).regions
+    except TraceError:
+        return []
+    return [
+        (text[: region.threads[0].span[0]], text[slice(*thread.span)])
+        for region in regions
+        for thread in region.threads[1:]
+    ]
+
+
 @dataclass
 class ParallelEpisode:
     """One prompt's trace generated with its parallel regions dispatched as sibling threads."""

@@ -28,8 +28,7 @@ class ProductSumParams(BaseModel):
 
 
 class ProductSumTask(GeneratedTask):
-    """Add up k products of a multi-digit and a one-digit number; each product is independent of
-    the others, so a trace may work them in parallel threads."""
+    """Sums of products of a multi-digit and a one-digit number, each one independent."""
 
     name = "product_sum"
     verifier = "numeric"

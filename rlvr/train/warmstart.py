@@ -20,6 +20,7 @@ from rlvr.config import Config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.registry import lookup
 from rlvr.rollout.guidance import hinted, rationale_segments
+from rlvr.rollout.parallel import blind_threads
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
@@ -71,6 +72,15 @@ def sft_example(
     the prompt and anything between replies are not. A demonstration is one reply, or the
     messages of a whole multi-turn episode after the prompt. `hint` = (level, segments): the
     prompt carries RGPO's hint of the reply's first `level` of `segments` pieces."""
+    return sft_examples(tokenizer, task, index, flawed, hint)[0]
+
+
+def sft_examples(
+    tokenizer, task: Task, index: int, flawed: bool, hint: tuple[int, int] | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """The demonstration's example (see sft_example) and, for a parallel-thread trace, one per
+    blind sibling thread: the prompt and the reply up to the region's threads, untrained, then
+    that thread alone, trained, so a dispatched thread sees what it was taught on."""
     problem = task.train_problem(index)
     demo = task.demonstration(problem, flawed=flawed)
     if hint is not None:
@@ -92,7 +102,16 @@ def sft_example(
             pending = []
         ids = tokenizer(message["content"], add_special_tokens=False)["input_ids"]
         conversation.add_reply(ids + [tokenizer.eos_token_id])
-    return conversation.token_ids, conversation.loss_mask
+    examples = [(conversation.token_ids, conversation.loss_mask)]
+    if isinstance(demo, str):
+        encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        for context, thread in blind_threads(demo):
+            view = Conversation(tokenizer, prompt or problem.messages(), tools=tools)
+            thread_ids = encode(thread)
+            view.add_reply(encode(context) + thread_ids)
+            untrained = len(view.token_ids) - len(thread_ids)
+            examples.append((view.token_ids, [0] * untrained + [1] * len(thread_ids)))
+    return examples
 
 
 def draw_hint(rng: random.Random, share: float, segments: int) -> tuple[int, int] | None:
@@ -115,14 +134,15 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     smoothed = None
     for step in range(m.pretrain_steps):
         examples = [
-            sft_example(
+            example
+            for _ in range(m.pretrain_batch_size)
+            for example in sft_examples(
                 tokenizer,
                 task,
                 rng.randrange(10**9),
                 rng.random() < m.pretrain_flawed_share,
                 draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments),
             )
-            for _ in range(m.pretrain_batch_size)
         ]
         width = max(len(ids) for ids, _ in examples)
         input_ids = torch.full((len(examples), width), tokenizer.pad_token_id)

@@ -8,6 +8,7 @@ from rlvr.rollout.engine import Completion, SamplingParams
 from rlvr.rollout.parallel import (
     TAG_TOKENS,
     TraceError,
+    blind_threads,
     characters,
     counter_for,
     generate_parallel,
@@ -115,6 +116,17 @@ class ScriptedPolicy:
                 reply_ids, reason = reply_ids[: params.max_new_tokens], "length"
             outs.append(Completion(reply_ids, [0.0] * len(reply_ids), reason))
         return outs
+
+
+def test_blind_threads_pair_each_later_sibling_with_the_text_before_its_region():
+    head = "ab<Parallel><Outlines><Subtask>x</Subtask><Trial>y</Trial></Outlines>"
+    assert blind_threads(FLAT) == [(head, "<Thread>12</Thread>")]
+    # top-level regions only: the nested one is written with its thread
+    outer = NESTED[: NESTED.index("<Thread>")]
+    assert blind_threads(NESTED) == [(outer, "<Thread>123</Thread>")]
+    assert blind_threads(FLAT + FLAT) == [(head, "<Thread>12</Thread>"),
+                                          (FLAT + head, "<Thread>12</Thread>")]  # fmt: skip
+    assert blind_threads("no regions") == [] == blind_threads(FLAT.replace("</Parallel>", ""))
 
 
 def test_dispatch_runs_each_thread_blind_to_its_siblings():

@@ -4,11 +4,13 @@ import random
 import pytest
 
 from rlvr.config import ConfigError, load_config
+from rlvr.models.tiny import build_tokenizer
 from rlvr.train.setup import build_task
 from rlvr.train.warmstart import (
     draw_hint,
     ensure_warm_start,
     sft_example,
+    sft_examples,
     warm_start_key,
     warm_start_path,
 )
@@ -35,6 +37,24 @@ def test_a_hinted_example_shows_the_first_segments_of_its_own_reply(tokenizer):
         assert ids[mask.index(1) :] == plain_ids[plain_mask.index(1) :]
     ids, mask = sft_example(tokenizer, task, 4, flawed=False, hint=(2, 2))
     assert tokenizer.decode(ids[: mask.index(1)]).endswith("Hint: hello<|end|><|assistant|>")
+
+
+def test_a_parallel_demonstration_also_trains_each_later_thread_blind_to_its_siblings():
+    task = build_task(load_config(None, ["task.name=product_sum", "task.parallel_share=1"]))
+    tokenizer = build_tokenizer(task.added_tokens)
+    (ids, mask), *views = sft_examples(tokenizer, task, 0, flawed=False)
+    assert (ids, mask) == sft_example(tokenizer, task, 0, flawed=False)
+    reply = task.demonstration(task.train_problem(0))
+    assert len(views) == 2  # three products: threads 2 and 3
+    for k, (view_ids, view_mask) in enumerate(views, 2):
+        trained = tokenizer.decode([t for t, m in zip(view_ids, view_mask) if m])
+        context = tokenizer.decode(view_ids[: view_mask.index(1)])
+        assert trained.startswith(f"<Thread>{k}: ") and trained.endswith("</Thread>")
+        assert trained in reply and "<Thread>" not in context.split("</Outlines>")[-1]
+        assert context.endswith("</Outlines>") and view_ids[-1] != tokenizer.eos_token_id
+        assert ids[: view_mask.index(1)] == view_ids[: view_mask.index(1)]  # the same prefix
+    sequential = build_task(load_config(None, ["task.name=product_sum", "task.parallel_share=0"]))
+    assert len(sft_examples(tokenizer, sequential, 0, flawed=False)) == 1
 
 
 def test_hint_draws_cover_every_level_and_none_at_share_zero():
