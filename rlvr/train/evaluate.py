@@ -1,4 +1,5 @@
-"""Held-out evaluation: greedy accuracy, and pass@1 / pass@k from k seeded samples per problem."""
+"""Held-out evaluation: greedy accuracy, and pass@1 / pass@k from k seeded samples per problem;
+for parallel-thread traces, the critical path."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from rlvr.analysis.passk import pass_at_k
+from rlvr.rollout.parallel import counter_for, trace_stats
 from rlvr.rollout.runner import EpisodeRunner
 from rlvr.train.metrics import domain_metrics
 from rlvr.types import Problem
@@ -29,6 +31,12 @@ def evaluate(
     if any(len(t.turn_rewards) > 1 for t in greedy):  # multi-turn: how fast it gets there
         metrics["eval/turns"] = sum(len(t.turn_rewards) for t in greedy) / len(greedy)
         metrics["eval/turns_per_solved"] = sum(solved) / len(solved) if solved else 0.0
+    if any("<Parallel>" in t.response_text for t in greedy):  # Parason: threads side by side
+        texts = [t.response_text for t in greedy]
+        traces = [trace_stats(text, counter_for(runner.tokenizer, text)) for text in texts]
+        n = len(traces)
+        metrics["eval/critical_path_tokens"] = sum(s.critical_path_tokens for s in traces) / n
+        metrics["eval/parallel_share"] = sum(s.regions > 0 for s in traces) / n
     if k > 1:
         sampled = runner.collect(problems, k, (seed, EVAL_STREAM, step))
         correct: dict[int, int] = defaultdict(int)

@@ -1,0 +1,52 @@
+"""Held-out evaluation on a scripted policy: greedy accuracy, and the critical path of replies
+that hold parallel-thread regions."""
+
+import pytest
+
+from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.models.tiny import build_tokenizer
+from rlvr.rollout import EpisodeRunner, SamplingParams
+from rlvr.rollout.engine import Completion
+from rlvr.rollout.parallel import TAG_TOKENS
+from rlvr.train.evaluate import evaluate
+from rlvr.types import Problem, Score
+
+TOKENIZER = build_tokenizer(TAG_TOKENS)  # each tag one token, every other character one
+PARALLEL = (  # 2 + 3 + 3 + 1 + 5 + 4 + 1 + 6 = 25 tokens, 21 on the critical path
+    "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+    "<Thread>123</Thread><Thread>12</Thread></Parallel>#### 5"
+)
+SEQUENTIAL = "12 #### 7"  # 9 tokens
+
+
+class ScriptedPolicy:
+    """Replies PARALLEL to prompts about x, SEQUENTIAL to the rest."""
+
+    def generate(self, prompts, params, seeds=None):
+        texts = [TOKENIZER.decode(ids, skip_special_tokens=True) for ids in prompts]
+        replies = [PARALLEL if "x" in text else SEQUENTIAL for text in texts]
+        encoded = [TOKENIZER(r, add_special_tokens=False)["input_ids"] for r in replies]
+        return [Completion(i, [0.0] * len(i), "eos", r) for i, r in zip(encoded, replies)]
+
+
+def ends_in_five(problem, response):
+    return Score(float(response.endswith("5")), "ok")
+
+
+def run(problems):
+    env = lambda: SingleTurnEnv(ends_in_five, ends_in_five)  # noqa: E731
+    runner = EpisodeRunner(ScriptedPolicy(), TOKENIZER, env, SamplingParams(64, 1.0))
+    return evaluate(runner, problems, 1, 0, 0)
+
+
+def test_replies_with_regions_report_their_critical_path_and_share():
+    metrics = run([Problem("1", "x?"), Problem("2", "y?"), Problem("3", "x!")])
+    assert metrics["eval/accuracy"] == pytest.approx(2 / 3)
+    assert metrics["eval/critical_path_tokens"] == pytest.approx((21 + 9 + 21) / 3)
+    assert metrics["eval/parallel_share"] == pytest.approx(2 / 3)
+
+
+def test_sequential_replies_report_no_critical_path():
+    metrics = run([Problem("1", "y?"), Problem("2", "z?")])
+    assert metrics["eval/accuracy"] == 0.0
+    assert "eval/critical_path_tokens" not in metrics and "eval/parallel_share" not in metrics
