@@ -78,7 +78,7 @@ def measure(model, tokenizer, task, max_new_tokens: int) -> dict:
     }
 
 
-def run_arm(overrides: list[str], name: str, seed: int, args, run_dir: str, model: str) -> dict:
+def run_arm(overrides: list[str], name: str, seed: int, args, run_dir: str, model: str, task):
     arm = train_arm(RECIPE, [
         f"model.name={model}", *overrides, f"train.steps={args.steps}", "train.eval_every=0",
         f"train.seed={seed}",
@@ -87,7 +87,7 @@ def run_arm(overrides: list[str], name: str, seed: int, args, run_dir: str, mode
     # logged only where the bonus is on
     last = lambda key: [r[key] for r in arm.records if key in r][-10:]  # noqa: E731
     return {
-        "final": measure(trainer.model, trainer.tokenizer, trainer.components.task, args.tokens),
+        "final": measure(trainer.model, trainer.tokenizer, task, args.tokens),
         **{
             f"last_10_steps_{key}": round(statistics.fmean(last(f"parallel/{key}")), 4)
             for key in ("acceleration", "regions", "critical_path_tokens")
@@ -106,11 +106,12 @@ def main() -> None:
     cfg = load_config(RECIPE)
     args.tokens = cfg.rollout.max_new_tokens
     model = warm_start(RECIPE, [])
-    base = measure(*load_model(model), build_task(cfg), args.tokens)
+    task = build_task(cfg)  # every policy on the same held-out problems (a seed draws its own)
+    base = measure(*load_model(model), task, args.tokens)
     arms = run_all(
         ARMS,
         args.seeds,
-        lambda arm, seed, run_dir: run_arm(ARMS[arm], arm, seed, args, run_dir, model),
+        lambda arm, seed, run_dir: run_arm(ARMS[arm], arm, seed, args, run_dir, model, task),
     )
     report("parason", RECIPE, arms, task="product_sum", steps=args.steps, base=base)
 
