@@ -11,6 +11,7 @@ from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.judge import HFJudge
 from rlvr.rewards.match import NumericMatch, exact_match
 from rlvr.rewards.math import MathEqual
+from rlvr.rewards.optimization import OptReward
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
 from rlvr.rewards.reasoning_gym import reasoning_gym_score
 from rlvr.rewards.reward_model import RewardModel
@@ -42,4 +43,5 @@ REWARDS: dict[str, RewardFn] = {
     "exact_reply": exact_reply,
     "levenshtein": levenshtein,
     "random": RandomReward,
+    "miniopt": OptReward,
 }

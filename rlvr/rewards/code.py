@@ -4,12 +4,11 @@ Assert tests are split so that their expected values stay here (rlvr.rewards.cod
 from __future__ import annotations
 
 import json
-import logging
 import re
 import secrets
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.rewards.code_tests import (
     Missing,
@@ -20,10 +19,8 @@ from rlvr.rewards.code_tests import (
     passes,
     split_test,
 )
-from rlvr.rewards.sandbox import Execution, Limits, Sandbox
+from rlvr.rewards.sandbox import Execution, SandboxSettings
 from rlvr.types import Problem, Score
-
-logger = logging.getLogger(__name__)
 
 HARNESS = Path(__file__).with_name("code_harness.py").read_text()
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -145,31 +142,14 @@ class CodeTests:
     its own memory can forge them) and counted in info["weak_tests"]. Building one checks the
     sandbox's isolation, so a run without it refuses to start."""
 
-    class Params(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-
+    class Params(SandboxSettings):
         all_or_nothing: bool = Field(
             False, description="Score 1 only when every test passes, else 0 (no partial credit)."
-        )
-        limits: Limits = Field(default_factory=Limits, description="Sandbox limits per execution.")
-        workers: int = Field(16, gt=0, description="Sandbox executions run in parallel.")
-        packages: list[str] = Field(
-            default_factory=list,
-            description="Installed packages the solution may import (top-level names, e.g. "
-            '["numpy"]), made visible read-only with their dependencies; by default only the '
-            "standard library.",
         )
 
     def __init__(self, params: Params | None = None):
         self.params = params or self.Params()
-        self.sandbox = Sandbox(
-            self.params.limits, self.params.workers, packages=self.params.packages
-        )
-        if self.sandbox.memory_cap != "cgroup":
-            logger.warning(
-                "code sandbox: memory is capped per process (rlimits), not per execution: %s",
-                self.sandbox.memory_cap_reason,
-            )
+        self.sandbox = self.params.open("code")
 
     def __call__(self, problem: Problem, response: str) -> Score:
         stdio, asserts = _validate(problem)

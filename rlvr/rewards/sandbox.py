@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import re
 import selectors
@@ -35,6 +36,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.rewards.sandbox_cgroup import CgroupCap
+
+logger = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 SYSTEM_BINDS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -234,6 +237,32 @@ checks = {{
 failed = [name for name, ok in checks.items() if not ok]
 print("isolated" if not failed else "not isolated: " + ", ".join(failed))
 """
+
+
+class SandboxSettings(BaseModel):
+    """The settings of a reward that runs model-written code: its limits, pool and packages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limits: Limits = Field(default_factory=Limits, description="Sandbox limits per execution.")
+    workers: int = Field(16, gt=0, description="Sandbox executions run in parallel.")
+    packages: list[str] = Field(
+        default_factory=list,
+        description="Installed packages the solution may import (top-level names, e.g. "
+        '["numpy"]), made visible read-only with their dependencies; by default only the '
+        "standard library.",
+    )
+
+    def open(self, reward: str) -> Sandbox:
+        """The Sandbox these settings describe, warning once when memory is capped per process."""
+        sandbox = Sandbox(self.limits, self.workers, packages=self.packages)
+        if sandbox.memory_cap != "cgroup":
+            logger.warning(
+                "%s sandbox: memory is capped per process (rlimits), not per execution: %s",
+                reward,
+                sandbox.memory_cap_reason,
+            )
+        return sandbox
 
 
 def _remove(mountpoint: str, close_cgroup) -> None:

@@ -5,6 +5,7 @@ from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
+from rlvr.tasks.linear_program import LinearProgramTask
 from rlvr.tasks.mix import MixTask
 from rlvr.tasks.nested_levels import NestedLevelsTask
 from rlvr.tasks.nim import NimTask
@@ -20,6 +21,7 @@ __all__ = [
     "CountdownTask",
     "GuessNumberTask",
     "JsonlTask",
+    "LinearProgramTask",
     "MixTask",
     "NestedLevelsTask",
     "NimTask",
@@ -36,6 +38,7 @@ TASKS: dict[str, type[Task]] = {
     "countdown": CountdownTask,
     "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
+    "linear_program": LinearProgramTask,
     "mix": MixTask,
     "nested_levels": NestedLevelsTask,
     "nim": NimTask,

@@ -50,6 +50,14 @@ def warm_start_key(cfg: Config, task: Task) -> str:
     }
     if m.pretrain_hint_share:  # only when set, so every other warm start keeps its key
         settings["hints"] = [m.pretrain_hint_share, cfg.algo.rgpo_segments]
+    # What the demonstrations look like: a new release that changes how a task writes them (its
+    # reply format, its flaw) must not reuse a model warm-started on the old ones.
+    shown = [task.train_problem(i) for i in range(2)]
+    settings["demonstrations"] = hashlib.sha256(
+        repr(
+            [(p.prompt, task.demonstration(p), task.demonstration(p, True)) for p in shown]
+        ).encode()
+    ).hexdigest()[:12]
     if hasattr(task, "fingerprint"):
         # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
         settings["data"] = task.fingerprint()

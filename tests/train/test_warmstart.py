@@ -104,6 +104,15 @@ def test_warm_start_key_follows_resolved_task_settings():
     assert key("task.max_guesses=6") != implicit
 
 
+def test_warm_start_key_follows_how_the_task_writes_its_demonstrations(monkeypatch):
+    cfg = load_config(None, ["task.name=guess_number"])
+    before = warm_start_key(cfg, build_task(cfg))
+    task = build_task(cfg)
+    demonstration = task.demonstration
+    monkeypatch.setattr(task, "demonstration", lambda p, flawed=False: demonstration(p, not flawed))
+    assert warm_start_key(cfg, task) != before
+
+
 def test_warm_start_key_follows_the_data_files_contents(tmp_path):
     path = tmp_path / "data.jsonl"
 
