@@ -284,6 +284,17 @@ class RolloutConfig(Section):
     tree_min_segment_tokens: int = Field(
         4, gt=0, description="Token branching keeps at least this many tokens on each side."
     )
+    branch_model: str = Field(
+        "",
+        description="W2SPO: a weaker model (hub id or path, sharing the policy's tokenizer) that "
+        "writes branch_tokens tokens into branch_share of the sampled replies at a uniformly "
+        "drawn position; the policy continues, and those replies train on the inserted span "
+        "alone, weighted by algo.tis's capped pi / pi_weak. Empty: off.",
+    )
+    branch_tokens: int = Field(8, gt=0, description="W2SPO: tokens in each weak branch.")
+    branch_share: float = Field(
+        0.5, gt=0, le=1, description="W2SPO: share of sampled replies that get a weak branch."
+    )
     reward_workers: int = Field(
         16,
         gt=0,
@@ -832,6 +843,17 @@ class Config(Section):
             raise ValueError(
                 f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
                 "which needs the decoupled objective; fix: algo.tis=token (or sequence)"
+            )
+        if r.branch_model and a.tis == "off":
+            raise ValueError(
+                "rollout.branch_model writes weak tokens the update trains on, which needs their "
+                "importance weights pi / pi_weak; fix: algo.tis=token"
+            )
+        if r.branch_model and (d.backend == "ray" or r.tree_width or r.partial_tokens):
+            raise ValueError(
+                "rollout.branch_model branches the replies of the in-process rollout, not of "
+                "Ray workers, tree rollouts or partial rollouts; fix: distributed.backend=local, "
+                "rollout.tree_width=0 and rollout.partial_tokens=0 (or no rollout.branch_model)"
             )
         if r.partial_tokens and not r.max_staleness:
             raise ValueError(

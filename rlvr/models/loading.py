@@ -22,6 +22,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from rlvr.config import ConfigError
+
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -157,6 +159,20 @@ def load_model(
         AutoModelForCausalLM, name, key, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
     )
     return model, tokenizer
+
+
+def load_frozen(
+    name: str, key: str, tokenizer: PreTrainedTokenizerBase, device: torch.device | str
+) -> PreTrainedModel:
+    """A second model that scores or writes the policy's tokens (a teacher, a weak brancher):
+    loaded on `device` in eval mode without gradients, refused unless it shares `tokenizer`."""
+    model, theirs = load_model(name, key=key)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"{key} = {name!r} has another tokenizer than the policy: its token ids would mean "
+            "other strings. Fix: a model that shares the policy's tokenizer."
+        )
+    return model.to(device).eval().requires_grad_(False)
 
 
 def model_context(

@@ -27,6 +27,8 @@ class Completion:
     ]  # under the distribution actually sampled from (after temperature/top-p/top-k)
     finish_reason: str  # "eos" | "stop" | "length"
     text: str = field(default="")
+    # 1 on the tokens the update trains on; None: all of them (W2SPO trains a weak branch only)
+    trained: list[int] | None = None
 
 
 class Engine(Protocol):

@@ -153,14 +153,19 @@ class EpisodeRunner:
             return completion
         ids = completion.token_ids[:room]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(ids, completion.logprobs[: len(ids)], "length", text)
+        trained = None if completion.trained is None else completion.trained[:room]
+        return Completion(ids, completion.logprobs[:room], "length", text, trained)
 
     def _record(
         self, episode: Episode, completion: Completion, result: StepResult, turn: int
     ) -> None:
-        episode.conversation.add_reply(completion.token_ids, completion.logprobs)
+        episode.conversation.add_reply(
+            completion.token_ids, completion.logprobs, completion.trained
+        )
         episode.texts.append(completion.text)
         episode.finish_reason = completion.finish_reason
+        if completion.trained is not None:  # trains on part of itself: a W2SPO branch
+            episode.info["branched"] = True
         episode.rewards.append(float(result.reward))
         tool_calls = result.info.get("tool_calls", 0) + episode.info.get("tool_calls", 0)
         tool_errors = result.info.get("tool_errors", 0) + episode.info.get("tool_errors", 0)

@@ -156,10 +156,16 @@ class Conversation:
         self.loss_mask = [0] * len(self.token_ids)
         self.logprobs = [0.0] * len(self.token_ids)
 
-    def add_reply(self, token_ids: list[int], logprobs: list[float] | None = None) -> None:
-        """The policy's tokens, exactly as generated (EOS included when it stopped there)."""
+    def add_reply(
+        self,
+        token_ids: list[int],
+        logprobs: list[float] | None = None,
+        trained: list[int] | None = None,
+    ) -> None:
+        """The policy's tokens, exactly as generated (EOS included when it stopped there);
+        `trained` masks the ones the update should not train on (default: it trains on all)."""
         self.token_ids = self.token_ids + token_ids
-        self.loss_mask = self.loss_mask + [1] * len(token_ids)
+        self.loss_mask = self.loss_mask + (trained or [1] * len(token_ids))
         self.logprobs = self.logprobs + (logprobs or [0.0] * len(token_ids))
         self.turn_ends.append(len(self.token_ids))
         self.replies.append(token_ids)

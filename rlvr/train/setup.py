@@ -18,11 +18,12 @@ from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
 from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
-from rlvr.models.loading import ModelNotFoundError
+from rlvr.models.loading import ModelNotFoundError, load_frozen
 from rlvr.registry import lookup
 from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout.branching import BranchingEngine
 from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.partial import PartialRunner
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
@@ -248,13 +249,24 @@ def build_rollout_source(
         source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
         return source(cfg, tokenizer, model_path, sampling_params(cfg))
     engine = build_engine(cfg, model, tokenizer, model_path)
-    runner = make_runner(cfg, model, tokenizer, components, engine=engine)
+    sampler = (
+        branching_engine(cfg, engine, model, tokenizer) if cfg.rollout.branch_model else engine
+    )
+    runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
     evaluator = (
         make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
-        if cfg.rollout.tree_width
+        if cfg.rollout.tree_width or cfg.rollout.branch_model
         else runner
-    )
+    )  # eval measures the policy alone: no tree, no weak branches
     return InProcessRollout(engine, runner, evaluator)
+
+
+def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> BranchingEngine:
+    """W2SPO: `engine` with rollout.branch_model writing branches into its sampled replies."""
+    r = cfg.rollout
+    weak = load_frozen(r.branch_model, "rollout.branch_model", tokenizer, model.device)
+    weak_engine = HFEngine(weak, tokenizer, r.max_batch_size)
+    return BranchingEngine(engine, weak_engine, tokenizer, r.branch_tokens, r.branch_share)
 
 
 def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource, model):

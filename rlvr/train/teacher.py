@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.config import AlgoConfig, ConfigError
-from rlvr.models.loading import load_model
+from rlvr.config import AlgoConfig
+from rlvr.models.loading import load_frozen
 from rlvr.train.update import batch_logprobs
 from rlvr.types import Batch
 
@@ -29,14 +29,7 @@ class Teacher:
             path = getattr(algo, key)
             if not path:
                 continue
-            model, theirs = load_model(path, key=f"algo.{key}")
-            if theirs.get_vocab() != tokenizer.get_vocab():
-                raise ConfigError(
-                    f"algo.{key} = {path!r} has another tokenizer than the policy: its logprobs "
-                    "of the policy's tokens would score other strings. Fix: a teacher that "
-                    "shares the policy's tokenizer."
-                )
-            self.models[key] = model.to(device).eval().requires_grad_(False)
+            self.models[key] = load_frozen(path, f"algo.{key}", tokenizer, device)
 
     @torch.no_grad()
     def token_rewards(

@@ -37,6 +37,7 @@ from rlvr.models.lora import (
 )
 from rlvr.models.probe import LayerFeatures, Probe
 from rlvr.models.representation import sparse_projection, step_seed
+from rlvr.rollout.branching import branch_metrics
 from rlvr.rollout.guidance import Guidance, guided_step
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.canary import HackingMonitor
@@ -320,6 +321,8 @@ class Trainer:
         cfg, timings = self.cfg, {}
         start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
+        if cfg.rollout.branch_model:  # W2SPO
+            sampling.update(branch_metrics(trajectories))
         if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
             sampling.update(self.components.task.observe(trajectories))
         imitation = None
