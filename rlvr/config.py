@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -947,8 +947,11 @@ def _default(key: str) -> Any:
 
 def _parse_value(key: str, text: str) -> Any:
     """Command-line values are YAML scalars/lists (0.02, true, [add, mul], {numeric: 1.0}),
-    except for text fields, which keep what was typed (log.name=2024 stays a string)."""
-    if _field_type(key) in (str, str | None):
+    except for text fields, which keep what was typed (log.name=2024 stays a string, and
+    algo.tis=off the word, not YAML's false)."""
+    kind = _field_type(key)
+    words = get_origin(kind) is Literal and all(isinstance(a, str) for a in get_args(kind))
+    if kind in (str, str | None) or words:
         return text
     try:
         return yaml.safe_load(text)

@@ -102,6 +102,12 @@ def test_string_field_accepts_number_like_override(text):
     assert load_config(None, [f"log.name={text}"]).log.name == text
 
 
+@pytest.mark.parametrize(("key", "word"), [("algo.tis", "off"), ("algo.reward_timing", "delayed")])
+def test_a_choice_of_words_keeps_the_word_yaml_would_read_as_a_bool(key, word):
+    cfg = load_config(None, [f"{key}={word}"])
+    assert cfg.model_dump()[key.split(".")[0]][key.split(".")[1]] == word
+
+
 def test_batch_size_not_divisible_by_group_size():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["rollout.batch_size=10", "rollout.group_size=4"])
