@@ -10,7 +10,7 @@ Prints one JSON object: the weak model's held-out greedy accuracy, and per arm
 and seed greedy accuracy and pass@1 along the run, the branched replies' accuracy against the
 unbranched ones, wall seconds; with the CPU, date and versions.
 
-    python benchmarks/methods/w2spo.py [--steps 30] [--seeds 0 1] [--weak-steps 150]
+    python benchmarks/methods/w2spo.py [--steps 30] [--seeds 0 1] [--weak-steps 300]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--weak-steps", type=int, default=150)
+    parser.add_argument("--weak-steps", type=int, default=300)
     args = parser.parse_args()
     policy = warm_start(RECIPE, [])
     weak = warm_start(
