@@ -71,6 +71,8 @@ class Trajectory:
     # the policy version (updates done) that sampled each token, aligned with token_ids; -1 on
     # tokens the policy did not generate
     versions: list[int] = field(default_factory=list)
+    # policy tokens kept out of loss_mask (around a W2SPO branch): generated, but not trained
+    untrained_tokens: int = 0
 
     def stamp(self, version: int) -> None:
         """Record that the policy at `version` generated every policy token."""
@@ -82,7 +84,7 @@ class Trajectory:
 
     @property
     def num_generated(self) -> int:
-        return int(sum(self.loss_mask))
+        return int(sum(self.loss_mask)) + self.untrained_tokens
 
 
 @dataclass

@@ -40,7 +40,8 @@ def answer_code(response: str) -> str | None:
     """The program in the <answer> span (its last fenced block, or the whole span unfenced)."""
     if not well_formed(response):
         return None
-    return extract_code(response[response.index("<answer>") + 8 : response.index("</answer>")])
+    opened, closed = TAGS[2], TAGS[3]
+    return extract_code(response[response.index(opened) + len(opened) : response.index(closed)])
 
 
 def printed_objective(stdout: str) -> float | None:

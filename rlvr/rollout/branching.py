@@ -104,14 +104,14 @@ class BranchingEngine:
 
 
 def branch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """The share of rollouts that carry a weak branch, its mean trained tokens, and the
-    accuracy of branched and unbranched rollouts."""
+    """The share of rollouts that carry a weak branch, the tokens a branch trains (its span),
+    and the accuracy of branched and unbranched rollouts."""
     branched = [t for t in trajectories if t.info.get("branched")]
     plain = [t for t in trajectories if not t.info.get("branched")]
     metrics = {"branch/share": len(branched) / max(len(trajectories), 1)}
     if branched:
         metrics["branch/accuracy"] = sum(t.correct for t in branched) / len(branched)
-        metrics["branch/inserted_tokens"] = sum(t.num_generated for t in branched) / len(branched)
+        metrics["branch/inserted_tokens"] = sum(sum(t.loss_mask) for t in branched) / len(branched)
     if plain:
         metrics["branch/unbranched_accuracy"] = sum(t.correct for t in plain) / len(plain)
     return metrics

@@ -51,6 +51,7 @@ class Episode:
             finish_reason=self.finish_reason,
             response_text="".join(self.texts),
             info=self.info,
+            untrained_tokens=c.untrained,
         )
 
 

@@ -149,6 +149,7 @@ class Conversation:
     turn_ends: list[int] = field(default_factory=list)
     replies: list[list[int]] = field(default_factory=list)
     tools: Tools | None = None
+    untrained: int = 0  # reply tokens left out of loss_mask by `trained`
 
     def __post_init__(self):
         if not self.token_ids:
@@ -165,7 +166,9 @@ class Conversation:
         """The policy's tokens, exactly as generated (EOS included when it stopped there);
         `trained` masks the ones the update should not train on (default: it trains on all)."""
         self.token_ids = self.token_ids + token_ids
-        self.loss_mask = self.loss_mask + (trained or [1] * len(token_ids))
+        mask = [1] * len(token_ids) if trained is None else trained
+        self.loss_mask = self.loss_mask + mask
+        self.untrained += len(token_ids) - sum(mask)
         self.logprobs = self.logprobs + (logprobs or [0.0] * len(token_ids))
         self.turn_ends.append(len(self.token_ids))
         self.replies.append(token_ids)

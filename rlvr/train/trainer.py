@@ -424,7 +424,8 @@ class Trainer:
             metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
-        generated, seen = float(batch.loss_mask.sum()), float(batch.attention_mask.sum())
+        generated = float(sum(t.num_generated for t in trajectories))
+        seen = float(batch.attention_mask.sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (
             seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)

@@ -10,7 +10,7 @@ from rlvr.config import load_config
 from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine, branch_metrics
-from rlvr.rollout.tokens import encode_prompt
+from rlvr.rollout.tokens import Conversation, encode_prompt
 from rlvr.train.logprobs import token_logprobs
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
@@ -136,7 +136,10 @@ def test_a_training_step_trains_only_the_weak_spans(
         sampled = trainer.sample()
         branched = [t for t in sampled.trajectories if t.info.get("branched")]
         assert len(branched) >= 12  # of 16: all but replies of a single token
-        assert all(1 <= t.num_generated <= 3 for t in branched)
+        assert all(1 <= sum(t.loss_mask) <= 3 for t in branched)
+        for t in sampled.trajectories:  # generated counts the whole reply, trained or not
+            prompt = encode_prompt(tokenizer, t.problem.messages())
+            assert t.num_generated == len(t.token_ids) - len(prompt)
         assert sampled.metrics["branch/share"] == len(branched) / 16
         metrics = trainer.learn(sampled)
         assert "mismatch/truncated_share" in metrics and torch.isfinite(
@@ -146,3 +149,15 @@ def test_a_training_step_trains_only_the_weak_spans(
         assert "branch/share" not in eval_metrics
     finally:
         trainer.close()
+
+
+def test_a_branched_reply_counts_every_token_it_generated(tiny_model, weak_model, tokenizer):
+    engine = BranchingEngine(
+        HFEngine(tiny_model, tokenizer), HFEngine(weak_model, tokenizer), tokenizer, 3, 1.0
+    )
+    messages = [{"role": "user", "content": "1+1="}]
+    completion = engine.generate([encode_prompt(tokenizer, messages)], PARAMS, [7])[0]
+    conversation = Conversation(tokenizer, messages)
+    conversation.add_reply(completion.token_ids, completion.logprobs, completion.trained)
+    assert sum(conversation.loss_mask) == sum(completion.trained) <= 3
+    assert conversation.untrained == len(completion.token_ids) - sum(completion.trained) > 0
