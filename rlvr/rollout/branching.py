@@ -60,11 +60,19 @@ class BranchingEngine:
         # Where each branch starts: after 0 .. len - 2 of the policy's tokens, so one is replaced.
         cut = {i: draws[i].randrange(len(completions[i].token_ids) - 1) for i in chosen}
         stems = [list(prompts[i]) + completions[i].token_ids[: cut[i]] for i in chosen]
-        room = min(self.insert_tokens, params.max_new_tokens)
-        inserts = self.weak.generate(
-            stems, replace(params, max_new_tokens=room), [draws[i].getrandbits(63) for i in chosen]
-        )
-        tails = self._continue(chosen, stems, inserts, cut, params, draws)
+        insert_seeds = [draws[i].getrandbits(63) for i in chosen]
+        tail_seeds = [draws[i].getrandbits(63) for i in chosen]
+        rooms = [min(self.insert_tokens, params.max_new_tokens - cut[i]) for i in chosen]
+        inserts = generate_within(self.weak, stems, rooms, params, insert_seeds)
+        # The policy continues after an insert that used its room, in what the reply has left.
+        budgets = [
+            params.max_new_tokens - cut[i] - len(insert.token_ids)
+            if insert.finish_reason == "length"
+            else 0
+            for i, insert in zip(chosen, inserts)
+        ]
+        contexts = [stem + insert.token_ids for stem, insert in zip(stems, inserts)]
+        tails = generate_within(self.policy, contexts, budgets, params, tail_seeds)
         for i, insert, tail in zip(chosen, inserts, tails):
             head = completions[i]
             ids = head.token_ids[: cut[i]] + insert.token_ids + tail.token_ids
@@ -77,30 +85,27 @@ class BranchingEngine:
             )
         return completions
 
-    def _continue(self, chosen, stems, inserts, cut, params, draws) -> list[Completion]:
-        """The policy's continuation after each insert, in the budget the reply has left (none
-        after an insert that ended the reply or used the budget up)."""
-        tails = [Completion([], [], "length") for _ in chosen]
-        pending = [
-            k
-            for k, (i, insert) in enumerate(zip(chosen, inserts))
-            if insert.finish_reason == "length"
-            and params.max_new_tokens - cut[i] - len(insert.token_ids) > 0
-        ]
-        # One call per remaining budget: a budget is a call's SamplingParams.
-        by_budget: dict[int, list[int]] = {}
-        for k in pending:
-            budget = params.max_new_tokens - cut[chosen[k]] - len(inserts[k].token_ids)
+
+def generate_within(
+    engine: Engine,
+    contexts: list[list[int]],
+    budgets: list[int],
+    params: SamplingParams,
+    seeds: list[int],
+) -> list[Completion]:
+    """Each context continued by `engine` for at most its own budget of tokens (one call per
+    distinct budget, since a budget is a call's SamplingParams); a budget of 0 continues nothing."""
+    out = [Completion([], [], "length") for _ in contexts]
+    by_budget: dict[int, list[int]] = {}
+    for k, budget in enumerate(budgets):
+        if budget > 0:
             by_budget.setdefault(budget, []).append(k)
-        for budget, ks in by_budget.items():
-            out = self.policy.generate(
-                [stems[k] + inserts[k].token_ids for k in ks],
-                replace(params, max_new_tokens=budget),
-                [draws[chosen[k]].getrandbits(63) for k in ks],
-            )
-            for k, tail in zip(ks, out):
-                tails[k] = tail
-        return tails
+    for budget, ks in by_budget.items():
+        params_k = replace(params, max_new_tokens=budget)
+        done = engine.generate([contexts[k] for k in ks], params_k, [seeds[k] for k in ks])
+        for k, completion in zip(ks, done):
+            out[k] = completion
+    return out
 
 
 def branch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:

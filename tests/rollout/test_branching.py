@@ -77,6 +77,11 @@ def test_branches_follow_the_seeds_and_share_and_never_touch_greedy_calls(
     plain = policy.generate(prompts, PARAMS, seeds)
     chosen = [i for i, c in enumerate(first) if c.trained is not None]
     assert 4 <= len(chosen) <= 20  # about 30% of 40
+    # a branch cut near the end keeps the reply within its budget
+    assert all(
+        len(c.token_ids) <= PARAMS.max_new_tokens
+        for c in engine(1.0).generate(prompts, PARAMS, seeds)
+    )
     assert all(first[i].token_ids == plain[i].token_ids for i in range(40) if i not in chosen)
     greedy = SamplingParams(12, 0.0)
     assert [c.token_ids for c in engine(1.0).generate(prompts[:4], greedy)] == [
