@@ -566,6 +566,13 @@ class AlgoConfig(Section):
     teacher_coef: float = Field(
         1.0, gt=0, description="Direct-OPD: weight of the per-token implicit reward."
     )
+    domain_teachers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Multi-teacher on-policy distillation: {domain: teacher (directory or hub "
+        "id, the policy's tokenizer)}; each sampled token of a problem of that domain (a mix "
+        "task's domain names) gains algo.teacher_coef * (log pi_teacher - log pi_policy); "
+        "samples of other domains gain nothing. Instead of algo.teacher.",
+    )
     rgpo_segments: int = Field(
         0,
         ge=0,
@@ -866,6 +873,11 @@ class Config(Section):
                 "rollout.partial_tokens generates in segments, which neither a stop string that "
                 "spans two segments nor a tree rollout's branching survives; fix: drop "
                 "rollout.stop and rollout.tree_width, or set rollout.partial_tokens=0"
+            )
+        if a.domain_teachers and a.teacher:
+            raise ValueError(
+                "algo.domain_teachers distils each domain from its own teacher, and algo.teacher "
+                "names one for every sample; fix: keep one of them"
             )
         if a.teacher_ref and not a.teacher:
             raise ValueError(

@@ -145,3 +145,13 @@ class Batch:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    def rows(self, index: list[int]) -> Batch:
+        """The batch of these rows only, in this order (same width)."""
+        picked = {
+            name: value[index] if hasattr(value, "shape") else value
+            for name, value in vars(self).items()
+        }
+        if self.domains is not None:
+            picked["domains"] = [self.domains[i] for i in index]
+        return Batch(**picked)

@@ -36,3 +36,26 @@ def test_batch_aligns_per_token_fields_with_targets():
     # each turn's reward sits on its last policy token (token 3 of t1; token 2 of t2, both turns)
     assert batch.token_rewards.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
     assert t1.num_generated == 2 and len(batch) == 2
+
+
+def test_batch_rows_picks_every_field_of_those_rows_in_order():
+    trajectories = [
+        Trajectory(
+            Problem(f"p{i}", "q", domain=d),
+            i,
+            0,
+            [5, 6 + i],
+            [0, 1],
+            [0.0, -float(i)],
+            [float(i)],
+            [2],
+        )
+        for i, d in enumerate(["add", "sub", "add"])
+    ]
+    batch = Batch.from_trajectories(trajectories, pad_id=0)
+    picked = batch.rows([2, 0])
+    assert picked.input_ids.tolist() == [[5, 8], [5, 6]]
+    assert picked.behaviour_logprobs.tolist() == [[-2.0], [0.0]]
+    assert picked.rewards.tolist() == [2.0, 0.0] and picked.group_ids.tolist() == [2, 0]
+    assert picked.domains == ["add", "add"] and len(picked) == 2
+    assert picked.turn_rewards.tolist() == [[2.0], [0.0]]

@@ -5,12 +5,15 @@ The `mix` task with two domains, 3-digit addition and 3-digit subtraction, each 
 its systematic mistake (a dropped carry, a skipped borrow) in a share of the demonstrations. One
 warm start on the mix is the base of every arm. RL arms, same budget per run (steps x 128
 samples): `add` alone, `sub` alone, and `mixed` (both, balanced in every batch). The two
-single-domain finals are then merged against the base by each `rlvr merge` method. Every model
-is scored on both domains' held-out sets (greedy, and pass@1 from eval_k samples).
+single-domain finals are then merged against the base by each `rlvr merge` method, and are the
+teachers of `mixed_distilled`: a mixed run whose samples of each domain also get that domain's
+specialist's per-token log pi_teacher - log pi_policy (`algo.domain_teachers`, multi-teacher
+on-policy distillation). Every model is scored on both domains' held-out sets (greedy, and
+pass@1 from eval_k samples).
 
 Prints one JSON object: per model, greedy accuracy and pass@1 per domain and their average, and
-the RL wall seconds behind it (a merge costs both single-domain runs); with the CPU, date and
-versions.
+the RL wall seconds behind it (a merge or a distilled run costs both single-domain runs too);
+with the CPU, date and versions.
 
     python benchmarks/methods/mix_merge.py [--steps 30] [--seed 0] [--methods average ties ...]
 """
@@ -72,6 +75,15 @@ def main() -> None:
             models[arm] = {**score(trainer.model, trainer.tokenizer, args.seed),
                            "rl_seconds": trained.wall_seconds}  # fmt: skip
             finals[arm], seconds[arm] = str(trainer.run_dir.final), trained.wall_seconds
+        teachers = f"algo.domain_teachers={{add: {finals['add']}, sub: {finals['sub']}}}"
+        distilled = train_arm(RECIPE, [
+            domains(*DOMAINS), f"model.name={base_path}", f"train.steps={args.steps}",
+            f"train.seed={args.seed}", teachers,
+        ], run_dir, "distilled")  # fmt: skip
+        models["mixed_distilled"] = {
+            **score(distilled.trainer.model, distilled.trainer.tokenizer, args.seed),
+            "rl_seconds": round(seconds["add"] + seconds["sub"] + distilled.wall_seconds, 1),
+        }
         for method in args.methods:
             out = Path(run_dir) / f"merged-{method}"
             settings = MergeSettings(weights=(1.0, 1.0), seed=args.seed)

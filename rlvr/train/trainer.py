@@ -170,10 +170,14 @@ class Trainer:
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
-        self.teacher = Teacher(a, self.tokenizer, self.model.device) if a.teacher else None
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
+        self.teacher = (
+            Teacher(a, self.tokenizer, self.model.device, {p.domain for p in self.eval_problems})
+            if a.teacher or a.domain_teachers
+            else None
+        )
         self.reward_errors = RewardErrors(self.run_dir.reward_errors, self.display)
         self.state = {
             "step": 0,

@@ -85,3 +85,40 @@ def test_a_teacher_with_another_tokenizer_or_a_lone_teacher_ref_is_refused(
         Trainer(load_config(None, [*fast_overrides, f"algo.teacher={tmp_path / 't'}"]))
     with pytest.raises(ConfigError, match="algo.teacher is not set"):
         load_config(None, [f"algo.teacher_ref={tmp_path / 't'}"])
+
+
+MIX = [
+    "task.name=mix",
+    "task.domains={add: {name: arithmetic, operations: [add]}, sub: {name: arithmetic, operations: [sub]}}",
+]
+
+
+def test_each_domain_is_distilled_from_its_own_teacher_and_others_from_none(
+    fast_overrides, tmp_path
+):
+    tokenizer = build_tokenizer()
+    teacher = _save(tmp_path / "add", 1, tokenizer)
+    keys = [*MIX, f"algo.domain_teachers={{add: {teacher}}}", "algo.teacher_coef=0.5"]
+    trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, "train.steps=1", *keys])
+    add_teacher = trainer.teacher.by_domain["add"]
+    expected = [
+        outcome + 0.5 * (_sequence_logprob(add_teacher, t) - sum(t.behaviour_logprobs))
+        if t.problem.domain == "add"
+        else outcome
+        for outcome, t in rollouts
+    ]
+    assert {t.problem.domain for _, t in rollouts} == {"add", "sub"}
+    assert torch.allclose(rewards, torch.tensor(expected), atol=1e-3)
+    assert metrics["teacher/sequence_reward"] != 0
+
+
+def test_domain_teachers_must_name_the_tasks_domains_and_replace_a_single_teacher(
+    fast_overrides, tmp_path
+):
+    teacher = _save(tmp_path / "t", 1, build_tokenizer())
+    with pytest.raises(ConfigError, match="names mul, which no problem .* add, sub"):
+        Trainer(
+            load_config(None, [*fast_overrides, *MIX, f"algo.domain_teachers={{mul: {teacher}}}"])
+        )
+    with pytest.raises(ValueError, match="keep one of them"):
+        load_config(None, [f"algo.domain_teachers={{add: {teacher}}}", f"algo.teacher={teacher}"])
