@@ -89,8 +89,11 @@ class ModelConfig(Section):
         gt=0,
         description="Tiny model only: supervised warm-start steps on task demonstrations.",
     )
-    pretrain_batch_size: int = Field(
-        64, gt=0, description="Tiny model only: warm-start batch size."
+    pretrain_batch_size: int | None = Field(
+        None,
+        gt=0,
+        description="Tiny model only: warm-start batch size; unset, the task's own (32 for "
+        "arithmetic, 64 for the others).",
     )
     pretrain_lr: float = Field(
         2e-3, gt=0, description="Tiny model only: warm-start peak learning rate."
@@ -666,7 +669,7 @@ class AlgoConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(60, gt=0, description="RL steps (each: sample a batch, score it, update).")
+    steps: int = Field(30, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
         1e-4,
         gt=0,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.random_projection import SparseRandomProjection
 
 from rlvr.types import Batch
 
@@ -48,6 +47,10 @@ def response_hidden_means(model, batch: Batch, micro_batch_size: int) -> torch.T
 def sparse_projection(hidden_size: int, dim: int, seed: int) -> torch.Tensor:
     """[hidden_size, dim]: scikit-learn's sparse random projection (Achlioptas / Li, density
     1/sqrt(hidden_size)), drawn from `seed`, which preserves distances up to a small distortion."""
+    # Imported here: scikit-learn (with scipy and pandas) adds 1.5 s to every run's start-up,
+    # and only RepExp's bonus draws a projection.
+    from sklearn.random_projection import SparseRandomProjection
+
     projection = SparseRandomProjection(dim, density="auto", random_state=seed)
     projection.fit(np.zeros((1, hidden_size)))
     return torch.from_numpy(projection.components_.toarray().T).float()

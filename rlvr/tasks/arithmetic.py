@@ -121,6 +121,10 @@ class ArithmeticTask(GeneratedTask):
     name = "arithmetic"
     verifier = "numeric"
     Params = ArithmeticParams
+    # The tiny model finds the column lookup after about 400 warm-start steps whatever the
+    # batch, so 32 demonstrations a step give the base of 64 (3-digit add: greedy 0.34 / pass@4
+    # 0.87 against 0.32 / 0.90) in half the time; 16 do not (0.16 / 0.23).
+    pretrain_batch_size = 32
 
     def __init__(self, params: ArithmeticParams, seed: int, eval_size: int):
         self.params = params

@@ -26,6 +26,12 @@ from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 
 COMPLETE = "COMPLETE"
+DEFAULT_BATCH_SIZE = 64  # demonstrations a step, for a task that names no batch of its own
+
+
+def pretrain_batch_size(cfg: Config, task: Task) -> int:
+    """The warm-start batch: the config's, else the task's own, else DEFAULT_BATCH_SIZE."""
+    return cfg.model.pretrain_batch_size or getattr(task, "pretrain_batch_size", DEFAULT_BATCH_SIZE)
 
 
 def rlvr_home() -> Path:
@@ -43,7 +49,7 @@ def warm_start_key(cfg: Config, task: Task) -> str:
         # resolved, defaults included: a changed default must not reuse a stale warm start
         "params": task_cls.Params.model_validate(cfg.task.params).model_dump(mode="json"),
         "steps": m.pretrain_steps,
-        "batch": m.pretrain_batch_size,
+        "batch": pretrain_batch_size(cfg, task),
         "lr": m.pretrain_lr,
         "flawed": m.pretrain_flawed_share,
         "seed": cfg.train.seed,
@@ -143,7 +149,7 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     for step in range(m.pretrain_steps):
         examples = [
             example
-            for _ in range(m.pretrain_batch_size)
+            for _ in range(pretrain_batch_size(cfg, task))
             for example in sft_examples(
                 tokenizer,
                 task,

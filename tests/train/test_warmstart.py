@@ -4,13 +4,14 @@ import random
 import pytest
 
 from rlvr.config import ConfigError, load_config
-from rlvr.models.tiny import build_tokenizer
+from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train.setup import build_task
 from rlvr.train.warmstart import (
     draw_hint,
     ensure_warm_start,
     sft_example,
     sft_examples,
+    supervised_train,
     warm_start_key,
     warm_start_path,
 )
@@ -90,6 +91,30 @@ def test_warm_start_is_cached_by_settings(tmp_path, monkeypatch):
         None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4", "task.digits=2"]
     )
     assert warm_start_path(other, build_task(other)) != path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "rows"),
+    [
+        ([], 32),  # arithmetic's own batch
+        (["model.pretrain_batch_size=5"], 5),  # the config's wins
+        (["task.name=countdown"], 64),  # a task that names none gets the default
+    ],
+)
+def test_warm_start_batch_is_the_configs_else_the_tasks_own(tokenizer, overrides, rows):
+    cfg = load_config(None, ["model.pretrain_steps=1", *overrides])
+    task = build_task(cfg)
+    model = build_model("nano", tokenizer)
+    seen = []
+    model.register_forward_hook(lambda module, args, kwargs, out: seen.append(
+        kwargs["input_ids"].shape[0]), with_kwargs=True)  # fmt: skip
+    supervised_train(model, tokenizer, task, cfg)
+    assert seen == [rows]
+    # Keyed on the batch it resolves to: spelling out the task's own is the same warm start.
+    spelled = load_config(
+        None, ["model.pretrain_steps=1", *overrides, f"model.pretrain_batch_size={rows}"]
+    )
+    assert warm_start_key(spelled, build_task(spelled)) == warm_start_key(cfg, task)
 
 
 def test_warm_start_key_follows_resolved_task_settings():
