@@ -28,6 +28,7 @@ def fast_overrides(rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     return [
         "model.pretrain_steps=20",
+        "model.pretrain_batch_size=64",  # the warm start these tests were tuned on
         "rollout.batch_size=16",
         "rollout.group_size=4",
         "rollout.max_new_tokens=24",

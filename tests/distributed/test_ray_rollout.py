@@ -21,6 +21,7 @@ SMALL = [
     "distributed.backend=ray",
     "task.digits=2",  # the warm start of the e2e runs: right about half the time, so it learns
     "model.pretrain_steps=400",
+    "model.pretrain_batch_size=64",
     "rollout.batch_size=16",
     "rollout.group_size=4",
     "rollout.max_new_tokens=32",
@@ -91,7 +92,7 @@ def test_two_workers_train_the_default_task(rlvr_home, tmp_path, monkeypatch, pa
     """As tests/e2e/test_learning.py's in-process run, on 2 rollout workers, one-step-off."""
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     cfg = load_config(None, [
-        "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64",
+        "task.digits=2", "model.pretrain_steps=400", "model.pretrain_batch_size=64", "rollout.batch_size=64",
         "rollout.max_new_tokens=32", "train.steps=12", "task.eval_size=64", "train.eval_every=6",
         f"log.run_dir={tmp_path}", "log.name=ray", "log.quiet=true", "distributed.backend=ray",
         "distributed.rollout_workers=2", "rollout.max_staleness=1", "algo.tis=token",

@@ -16,6 +16,7 @@ def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeyp
         [
             "task.digits=2",
             "model.pretrain_steps=400",
+            "model.pretrain_batch_size=64",
             "rollout.batch_size=64",
             "rollout.max_new_tokens=32",
             "train.steps=12",
@@ -40,7 +41,7 @@ def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeyp
 def test_ppo_with_a_critic_learns_the_same_task(rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))  # reuses the warm start of the test above
     cfg = load_config(ROOT / "examples" / "recipes" / "ppo.toml", [
-        "task.digits=2", "model.pretrain_steps=400", "rollout.batch_size=64", "rollout.max_new_tokens=32",
+        "task.digits=2", "model.pretrain_steps=400", "model.pretrain_batch_size=64", "rollout.batch_size=64", "rollout.max_new_tokens=32",
         "train.steps=12", "task.eval_size=64", "train.eval_every=6", f"log.run_dir={tmp_path}",
         "log.quiet=true", "algo.critic_warmup_steps=2",
     ])  # fmt: skip
