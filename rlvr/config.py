@@ -669,7 +669,7 @@ class AlgoConfig(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(30, gt=0, description="RL steps (each: sample a batch, score it, update).")
+    steps: int = Field(20, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
         1e-4,
         gt=0,
