@@ -33,11 +33,24 @@ def _config(path: str | None, overrides: list[str], quiet: bool):
     return cfg
 
 
+def runner(cfg):
+    """What trains this config: a cohort, a debate, or one Trainer."""
+    if cfg.cohort.members:
+        from rlvr.train.cohort import Cohort
+
+        return Cohort
+    if cfg.debate.rounds:
+        from rlvr.train.debate import Debate
+
+        return Debate
+    from rlvr.train.trainer import Trainer
+
+    return Trainer
+
+
 def cmd_train(args) -> None:
-    from rlvr.train.cohort import Cohort
     from rlvr.train.faults import TrainingInterrupted
     from rlvr.train.rundir import RunDir, RunDirError
-    from rlvr.train.trainer import Trainer
 
     try:
         if args.resume:
@@ -49,16 +62,10 @@ def cmd_train(args) -> None:
             if run.finished(cfg.train.steps):  # said before loading a model it has no use for
                 print(run.finished_note(), file=sys.stderr)
                 return
-            if cfg.cohort.members:
-                Cohort(cfg, resume=run.path).run()
-            else:
-                Trainer(cfg, resume=run.path).run()
+            runner(cfg)(cfg, resume=run.path).run()
         else:
             cfg = _config(args.config, args.overrides, args.quiet)
-            if cfg.cohort.members:
-                Cohort(cfg).run()
-            else:
-                Trainer(cfg).run()
+            runner(cfg)(cfg).run()
     except RunDirError as e:
         print(f"rlvr: {e}", file=sys.stderr)
         sys.exit(1)

@@ -797,6 +797,33 @@ class CohortConfig(Section):
     )
 
 
+class DebateConfig(Section):
+    rounds: int = Field(
+        0,
+        ge=0,
+        description="MADA-RL: 0 = an ordinary run; n >= 2 = generator and critic roles as two "
+        "LoRA adapters on one frozen base. Round 1 the generator samples rollout.group_size "
+        "answers a problem; in each later round the critic answers again, shown `shown` answers "
+        "of every earlier round. Both roles train; needs model.lora.r > 0 and rollout.engine "
+        "= 'hf'.",
+    )
+    shown: int = Field(
+        3, gt=0, description="Answers of each earlier round the critic is shown (<= group_size)."
+    )
+    show: Literal["answers", "replies"] = Field(
+        "answers",
+        description="What the critic sees of each shown answer: its final answer as the task's "
+        "verifier reads it, or the whole reply.",
+    )
+    critic: dict[str, Any] = Field(
+        default_factory=lambda: {"algo.advantage": "counterfactual"},
+        description="The critic role's dotted overrides of the run's config (algo., train.lr, "
+        "model.lora., ...). The default trains it with MADA's counterfactual advantage (reward "
+        'minus the shown generator answers\' mean reward); {"algo.advantage" = "grpo"} is the '
+        "plain-GRPO control.",
+    )
+
+
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     task: TaskConfig = Field(
@@ -814,10 +841,25 @@ class Config(Section):
     cohort: CohortConfig = Field(
         default_factory=CohortConfig, description="Several policies trained together (Co-RL)."
     )
+    debate: DebateConfig = Field(
+        default_factory=DebateConfig,
+        description="A generator and a critic on one base, trained together (MADA-RL).",
+    )
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
         r, a, t = self.rollout, self.algo, self.train
+        if self.debate.rounds == 1:
+            raise ValueError(
+                "debate.rounds = 1 is the generator alone; fix: 0 for an ordinary run, or 2 or "
+                "more for a generator and a critic"
+            )
+        if a.advantage == "counterfactual" and self.debate.rounds < 2:
+            raise ValueError(
+                "algo.advantage = 'counterfactual' is the baseline of a debate's critic (the "
+                "mean reward of the generator answers it was shown); fix: set debate.rounds = 2 "
+                "(the critic gets it by default), or use 'remax' for a greedy-rollout baseline"
+            )
         if r.batch_size % r.group_size:
             raise ValueError(
                 f"rollout.batch_size = {r.batch_size} is not divisible by rollout.group_size = "

@@ -24,7 +24,9 @@ class AdvInputs:
     loss_mask: torch.Tensor  # [B, T] 1 on policy tokens
     token_rewards: torch.Tensor | None = None  # [B, T]; None = reward on the last policy token
     values: torch.Tensor | None = None  # [B, T] critic values, aligned like loss_mask (gae)
-    baseline_rewards: torch.Tensor | None = None  # [B] greedy-rollout reward of the prompt (remax)
+    # [B] a reward baseline from outside the group: a greedy rollout's (remax), or the mean of the
+    # generator answers a debate's critic was shown (counterfactual)
+    baseline_rewards: torch.Tensor | None = None
     turn_rewards: torch.Tensor | None = None  # [B, K] each turn's reward; NaN past the last turn
     turn_ids: torch.Tensor | None = None  # [B, T] long: the turn of each policy token, -1 elsewhere
     # tree rollouts (rlvr.rollout.tree.segment_tensors): per policy token, its segment's node
@@ -239,6 +241,15 @@ def remax(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
         return _broadcast(inputs.rewards.double() - baseline, inputs.loss_mask)
     adv = _reward_to_go(inputs) - baseline[:, None]
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
+
+
+def counterfactual(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """MADA-RL's critic (arXiv 2607.18006): reward minus the mean reward of the generator answers
+    the critic was shown for the same problem, so a critic gains only by beating the generators'
+    consensus, not by repeating it."""
+    source = "a debate (debate.rounds >= 2) fills with the shown generator answers' mean reward"
+    baseline = _require(inputs, "baseline_rewards", "counterfactual", source).double()
+    return _broadcast(inputs.rewards.double() - baseline, inputs.loss_mask)
 
 
 def opo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -476,6 +487,7 @@ passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every ad
 gae.requires = ("values",)
 gae.critic_targets = gae_targets  # the trainer fits the critic to these (default: A + V)
 running_mean.requires = ("reward_mean",)
+counterfactual.requires = ("baseline_rewards",)
 remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
@@ -492,6 +504,7 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "reinforce_pp": reinforce_pp,
     "reinforce_pp_baseline": reinforce_pp_baseline,
     "remax": remax,
+    "counterfactual": counterfactual,
     "opo": opo,
     "gae": gae,
     "running_mean": running_mean,

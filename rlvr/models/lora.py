@@ -85,23 +85,49 @@ def check_targets_early(m: ModelConfig) -> None:
     _check_targets(skeleton, m.lora.target_modules)
 
 
-def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
-    """Wrap `model` with fresh LoRA adapters (settings.r > 0); its own weights are frozen in place."""
+def _lora_config(settings: LoraSettings) -> LoraConfig:
     if settings.r <= 0:
-        raise ValueError("apply_lora needs model.lora.r > 0 (r = 0 is full fine-tuning)")
-    _check_targets(model, settings.target_modules)
-    config = LoraConfig(
+        raise ValueError("LoRA needs model.lora.r > 0 (r = 0 is full fine-tuning)")
+    return LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         task_type="CAUSAL_LM",
     )
+
+
+def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
+    """Wrap `model` with fresh LoRA adapters (settings.r > 0); its own weights are frozen in place."""
+    config = _lora_config(settings)
+    _check_targets(model, settings.target_modules)
     with warnings.catch_warnings():  # peft asks transformers a deprecated question
         warnings.filterwarnings(
             "ignore", message=".*is_gradient_checkpointing", category=FutureWarning
         )
         return get_peft_model(model, config)
+
+
+def add_adapter(model: PeftModel, name: str, settings: LoraSettings) -> None:
+    """A second, fresh adapter `name` on the same frozen base (a debate's critic role); the
+    active adapter is left as it was."""
+    config = _lora_config(settings)
+    _check_targets(unwrapped(model), settings.target_modules)
+    active = model.active_adapter
+    model.add_adapter(name, config)
+    model.set_adapter(active)
+
+
+@contextmanager
+def use_adapter(model: PeftModel, name: str) -> Iterator[PeftModel]:
+    """Within the block `model` computes, trains and saves as adapter `name` alone: peft makes the
+    active adapter the only trainable one. The previous adapter is active again on exit."""
+    previous = model.active_adapter
+    model.set_adapter(name)
+    try:
+        yield model
+    finally:
+        model.set_adapter(previous)
 
 
 @contextmanager
@@ -175,4 +201,10 @@ def save_final(model: PeftModel, tokenizer: PreTrainedTokenizerBase, directory: 
     directory.mkdir(parents=True, exist_ok=True)
     unwrapped(model).save_pretrained(directory, state_dict=merged_state_dict(model))
     tokenizer.save_pretrained(directory)
-    model.save_pretrained(directory / ADAPTER_DIR)
+    # the active adapter alone: a debate's roles share one model, and each saves its own
+    name, adapter_dir = model.active_adapter, directory / ADAPTER_DIR
+    model.save_pretrained(adapter_dir, selected_adapters=[name])
+    if name != "default":  # peft nests any other adapter in a folder of its name
+        for file in (adapter_dir / name).iterdir():
+            file.replace(adapter_dir / file.name)
+        (adapter_dir / name).rmdir()

@@ -36,6 +36,14 @@ ANSWER_KEYS: dict[str, Callable[[str, Fallback], str | None]] = {
 }
 
 
+def answer_reader(verifier: str | None, reward_params: dict) -> Callable[[str], str | None]:
+    """The answer of a reply as `verifier` reads it (with its configured fallback); a verifier
+    whose answers cannot be read gives None for every reply."""
+    fallback = reward_params.get(verifier, {}).get("fallback", "none")
+    read = ANSWER_KEYS.get(verifier, lambda text, fallback: None)
+    return lambda text: read(text, fallback)
+
+
 def majority_vote(answers: list[str | None]) -> str | None:
     """The most frequent answer (None is no answer and never wins); a tie goes to the answer
     seen first, so the vote does not depend on hashing."""

@@ -7,13 +7,12 @@ import copy
 import json
 import shutil
 import time
-from functools import partial
 from pathlib import Path
 
 from sklearn.metrics import cohen_kappa_score
 
 from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
-from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, majority_vote
+from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
 from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
 from rlvr.train.display import Display
 from rlvr.train.faults import TrainingInterrupted, stop_at_step_end
@@ -202,11 +201,9 @@ class Cohort:
             raise
         for member in self.members[1:]:
             member.use_task(self.members[0].components.task)
-        verifier = self.members[0].components.task.verifier
-        fallback = cfg.task.reward_params.get(verifier, {}).get("fallback", "none")
         # under cohort.reward 'label' any verifier goes; its answers are then only counted
-        self.answer = partial(
-            ANSWER_KEYS.get(verifier, lambda text, fallback: None), fallback=fallback
+        self.answer = answer_reader(
+            self.members[0].components.task.verifier, cfg.task.reward_params
         )
 
     def run(self) -> dict:

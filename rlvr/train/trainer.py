@@ -139,9 +139,17 @@ class Sampled:
 class Trainer:
     """Holds the state of one run; `run()` is the loop."""
 
-    def __init__(self, cfg: Config, resume: Path | None = None, resume_step: int | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        resume: Path | None = None,
+        resume_step: int | None = None,
+        policy: tuple | None = None,
+    ):
         """`resume` continues that run dir from its newest complete checkpoint, or from the one of
-        `resume_step` (a cohort resumes its members at the step all of them saved)."""
+        `resume_step` (a cohort resumes its members at the step all of them saved). `policy` =
+        (model, tokenizer) already loaded: a debate's critic trains its own adapter on the
+        generator's model."""
         self.cfg = cfg
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         self.display = Display(cfg.log.quiet)
@@ -152,7 +160,7 @@ class Trainer:
             else "set log.run_dir to a writable directory, e.g. log.run_dir=/tmp/runs"
         )
         seed_everything(cfg.train.seed)
-        self.model, self.tokenizer = load_policy(cfg, self.components, self.display)
+        self.model, self.tokenizer = policy or load_policy(cfg, self.components, self.display)
         self.shape = ModelShape.of(self.model)
         peak_flops()  # measured once per process, here at start-up rather than inside a step
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it

@@ -19,6 +19,8 @@ from transformers import get_cosine_schedule_with_warmup
 from rlvr.config import Config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.registry import lookup
+from rlvr.rewards.peer import answer_reader
+from rlvr.rollout.critique import critic_problem, shown_text
 from rlvr.rollout.guidance import hinted, rationale_segments
 from rlvr.rollout.parallel import blind_threads
 from rlvr.rollout.tokens import Conversation
@@ -27,6 +29,7 @@ from rlvr.tasks.base import Task
 
 COMPLETE = "COMPLETE"
 DEFAULT_BATCH_SIZE = 64  # demonstrations a step, for a task that names no batch of its own
+CRITIQUE_SHARE = 0.5  # under a debate, demonstrations shown in the critic's layout
 
 
 def pretrain_batch_size(cfg: Config, task: Task) -> int:
@@ -56,6 +59,8 @@ def warm_start_key(cfg: Config, task: Task) -> str:
     }
     if m.pretrain_hint_share:  # only when set, so every other warm start keeps its key
         settings["hints"] = [m.pretrain_hint_share, cfg.algo.rgpo_segments]
+    if cfg.debate.rounds:
+        settings["debate"] = [cfg.debate.shown, cfg.debate.show, CRITIQUE_SHARE]
     # What the demonstrations look like: a new release that changes how a task writes them (its
     # reply format, its flaw) must not reuse a model warm-started on the old ones.
     shown = [task.train_problem(i) for i in range(2)]
@@ -79,18 +84,29 @@ def warm_start_path(cfg: Config, task: Task) -> Path:
 
 
 def sft_example(
-    tokenizer, task: Task, index: int, flawed: bool, hint: tuple[int, int] | None = None
+    tokenizer,
+    task: Task,
+    index: int,
+    flawed: bool,
+    hint: tuple[int, int] | None = None,
+    critique: list[str] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of one demonstration, built with the rollout's token layer so
     warm start and RL see the same layout: the assistant's replies (EOS included) are trained,
     the prompt and anything between replies are not. A demonstration is one reply, or the
     messages of a whole multi-turn episode after the prompt. `hint` = (level, segments): the
-    prompt carries RGPO's hint of the reply's first `level` of `segments` pieces."""
-    return sft_examples(tokenizer, task, index, flawed, hint)[0]
+    prompt carries RGPO's hint of the reply's first `level` of `segments` pieces; `critique`, a
+    debate's earlier answers, shows it in the critic's layout."""
+    return sft_examples(tokenizer, task, index, flawed, hint, critique)[0]
 
 
 def sft_examples(
-    tokenizer, task: Task, index: int, flawed: bool, hint: tuple[int, int] | None = None
+    tokenizer,
+    task: Task,
+    index: int,
+    flawed: bool,
+    hint: tuple[int, int] | None = None,
+    critique: list[str] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """The demonstration's example (see sft_example) and, for a parallel-thread trace, one per
     blind sibling thread: the prompt and the reply up to the region's threads, untrained, then
@@ -100,6 +116,8 @@ def sft_examples(
     if hint is not None:
         level, segments = hint
         problem = hinted(problem, "".join(rationale_segments(demo, segments)[:level]))
+    if critique is not None:
+        problem = critic_problem(problem, [critique])
     messages = [{"role": "assistant", "content": demo}] if isinstance(demo, str) else demo
     # The prompt the env opens the episode with, and its tools (rendered by the token layer).
     env = task.make_env(None, None) if hasattr(task, "make_env") else None
@@ -136,6 +154,22 @@ def draw_hint(rng: random.Random, share: float, segments: int) -> tuple[int, int
     return None
 
 
+def draw_critique(rng: random.Random, task: Task, index: int, cfg: Config) -> list[str] | None:
+    """Under a debate, with probability CRITIQUE_SHARE: the earlier answers a critic-layout
+    demonstration of problem `index` shows, each the task's demonstration, flawed at the warm
+    start's share, as the generator would answer; no draw without a debate."""
+    d = cfg.debate
+    if not d.rounds or rng.random() >= CRITIQUE_SHARE:
+        return None
+    problem = task.train_problem(index)
+    answer = answer_reader(task.verifier, cfg.task.reward_params)
+    replies = [
+        task.demonstration(problem, flawed=rng.random() < cfg.model.pretrain_flawed_share)
+        for _ in range(d.shown)
+    ]
+    return [shown_text(reply, d.show, answer) for reply in replies]
+
+
 def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:
     """Next-token loss on demonstrations; returns the final smoothed loss."""
     m = cfg.model
@@ -147,17 +181,13 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     model.train()
     smoothed = None
     for step in range(m.pretrain_steps):
-        examples = [
-            example
-            for _ in range(pretrain_batch_size(cfg, task))
-            for example in sft_examples(
-                tokenizer,
-                task,
-                rng.randrange(10**9),
-                rng.random() < m.pretrain_flawed_share,
-                draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments),
-            )
-        ]
+        examples = []
+        for _ in range(pretrain_batch_size(cfg, task)):
+            index = rng.randrange(10**9)
+            flawed = rng.random() < m.pretrain_flawed_share
+            hint = draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments)
+            critique = draw_critique(rng, task, index, cfg)
+            examples += sft_examples(tokenizer, task, index, flawed, hint, critique)
         width = max(len(ids) for ids, _ in examples)
         input_ids = torch.full((len(examples), width), tokenizer.pad_token_id)
         labels = torch.full((len(examples), width), -100)

@@ -8,6 +8,7 @@ from rlvr.algos.advantages import (
     ADVANTAGES,
     AdvInputs,
     RunningMean,
+    counterfactual,
     dr_grpo,
     gae,
     gae_returns,
@@ -196,6 +197,15 @@ def test_remax_golden():
     # [1 - 0.5, 0.5 - 0.5, 0 - 1]
     x = adv_inputs([1, 0.5, 0], [0, 1, 2], [[1, 1]] * 3, baseline_rewards=[0.5, 0.5, 1])
     close(per_seq(remax(x, AlgoConfig())), [0.5, 0, -1])
+
+
+def test_counterfactual_golden():
+    # one critic group shown generator answers of mean reward 2/3: [1 - 2/3, 0 - 2/3, 1 - 2/3],
+    # and a second whose shown answers were all right, so even a right critic answer earns 0
+    x = adv_inputs([1, 0, 1, 1], [0, 0, 0, 1], [[1, 1]] * 4, baseline_rewards=[2 / 3] * 3 + [1])
+    close(per_seq(counterfactual(x, AlgoConfig())), [1 / 3, -2 / 3, 1 / 3, 0])
+    with pytest.raises(ValueError, match="debate"):
+        counterfactual(inputs([1, 0], [0, 0]), AlgoConfig())
 
 
 def test_opo_golden():
@@ -594,6 +604,7 @@ def test_registry_metadata():
         "otb",
         "mt_otb",
         "poise",
+        "counterfactual",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
@@ -604,7 +615,7 @@ def test_registry_metadata():
             continue
         assert minimum == expected, name
     assert gae.requires == ("values",)
-    assert remax.requires == ("baseline_rewards",)
+    assert remax.requires == counterfactual.requires == ("baseline_rewards",)
     assert mt_grpo.requires == ("turn_rewards", "turn_ids")
     assert tree.requires == ("segment_advantages", "segment_weights")
     assert running_mean.requires == ("reward_mean",)

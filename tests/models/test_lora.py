@@ -10,6 +10,7 @@ from rlvr.config import ConfigError, LoraSettings, ModelConfig, load_config
 from rlvr.models.lora import (
     adapter_state_dict,
     adapters_disabled,
+    add_adapter,
     apply_lora,
     check_targets_early,
     is_lora,
@@ -17,6 +18,7 @@ from rlvr.models.lora import (
     save_final,
     trainable_state_dict,
     unwrapped,
+    use_adapter,
 )
 from rlvr.train.trainer import Trainer
 
@@ -130,6 +132,37 @@ def test_save_final_writes_a_plain_merged_model_and_the_adapter(tiny_model, toke
     reloaded = PeftModel.from_pretrained(copy.deepcopy(tiny_model), tmp_path / "final" / "adapter")
     assert torch.allclose(logits(reloaded.eval()), before, atol=1e-6)
     assert (tmp_path / "final" / "tokenizer_config.json").is_file()
+
+
+def test_a_second_adapter_trains_alone_while_active_and_saves_alone(
+    tiny_model, tokenizer, tmp_path
+):
+    model = lora_model(tiny_model)
+    generator = logits(model)
+    add_adapter(model, "critic", LoraSettings(r=2))
+    assert model.active_adapter == "default"
+    assert torch.equal(logits(model), generator)  # adding it changed nothing active
+    own = set(trainable_state_dict(model))
+    with use_adapter(model, "critic"):
+        trainable = trainable_state_dict(model)
+        assert trainable and all(".critic." in name for name in trainable)
+        assert not own & set(trainable)
+        with torch.no_grad():
+            for name, p in trainable.items():
+                if "lora_B" in name:
+                    p.normal_(0, 0.05)
+        critic = logits(model)
+        save_final(model, tokenizer, tmp_path / "critic")
+    assert model.active_adapter == "default" and set(trainable_state_dict(model)) == own
+    assert torch.equal(logits(model), generator)
+    assert not torch.allclose(critic, generator)
+    # the critic's adapter alone, at the root of final/adapter, on the untouched base
+    saved = tmp_path / "critic" / "adapter"
+    assert (saved / "adapter_model.safetensors").is_file() and not (saved / "critic").exists()
+    reloaded = PeftModel.from_pretrained(copy.deepcopy(tiny_model), saved)
+    assert torch.allclose(logits(reloaded.eval()), critic, atol=1e-6)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "critic")
+    assert torch.allclose(logits(merged.eval()), critic, atol=1e-5)
 
 
 def test_unwrapped_is_the_hugging_face_model(tiny_model):

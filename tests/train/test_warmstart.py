@@ -7,6 +7,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train.setup import build_task
 from rlvr.train.warmstart import (
+    draw_critique,
     draw_hint,
     ensure_warm_start,
     sft_example,
@@ -154,3 +155,30 @@ def test_warm_start_key_follows_the_data_files_contents(tmp_path):
     skip = key_with(rows, "task.long_prompts=skip")
     assert skip != before and key_with(rows, "task.long_prompts=skip") == skip
     assert key_with(rows, "task.long_prompts=skip", "rollout.max_new_tokens=64") != skip
+
+
+def test_a_debates_warm_start_shows_half_its_demonstrations_in_the_critics_layout(tokenizer):
+    cfg = load_config(None, ["debate.rounds=2", "debate.shown=3", "model.lora.r=4"])
+    task = build_task(cfg)
+    rng, drawn = random.Random(0), []
+    for index in range(400):
+        drawn.append((index, draw_critique(rng, task, index, cfg)))
+    shown = [(i, c) for i, c in drawn if c is not None]
+    assert 160 < len(shown) < 240  # CRITIQUE_SHARE = 0.5 of 400
+    flawed_answers = 0
+    for index, critique in shown:
+        problem = task.train_problem(index)
+        right = task.demonstration(problem).split("#### ")[1]
+        wrong = task.demonstration(problem, flawed=True).split("#### ")[1]
+        assert len(critique) == 3 and set(critique) <= {right, wrong}  # read as the verifier does
+        flawed_answers += sum(a != right for a in critique)
+    # shown answers are flawed at the warm start's share (0.6) where the flaw changes the answer
+    assert 0.3 < flawed_answers / (3 * len(shown)) < 0.65
+    ids, mask = sft_example(tokenizer, task, shown[0][0], False, critique=shown[0][1])
+    prompt = tokenizer.decode(ids[: mask.index(1)])
+    assert "Earlier answers:\n- " + "\n- ".join(shown[0][1]) in prompt
+    assert prompt.rstrip().endswith(task.train_problem(shown[0][0]).prompt + "<|end|><|assistant|>")
+    # without a debate nothing is drawn, so every other warm start keeps its data and its key
+    plain, state = load_config(), rng.getstate()
+    assert draw_critique(rng, task, 0, plain) is None and rng.getstate() == state
+    assert warm_start_key(cfg, task) != warm_start_key(plain, build_task(plain))
