@@ -7,17 +7,19 @@ import copy
 import json
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from sklearn.metrics import cohen_kappa_score
 
 from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
+from rlvr.models.lora import add_adapter, use_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
 from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
 from rlvr.train.display import Display
 from rlvr.train.faults import TrainingInterrupted, stop_at_step_end
 from rlvr.train.setup import build_components
-from rlvr.train.trainer import Trainer
+from rlvr.train.trainer import Trainer, policy_path
 from rlvr.types import Trajectory
 
 # Keys every member must share: they sample the same problems in the same steps, and save and
@@ -164,6 +166,15 @@ def common_step(checkpoint_dirs: list[Path]) -> int | None:
     return max(set.intersection(*saved), default=None)
 
 
+def lora_base(cfg: Config) -> tuple | None:
+    """Where a LoRA member's frozen base comes from (members with the same one share it, each
+    training its own adapter); None for a member that trains all its weights."""
+    m = cfg.model
+    if m.lora.r <= 0:
+        return None
+    return policy_path(cfg, build_components(cfg).task), m.dtype, m.device, m.trust_remote_code
+
+
 class Cohort:
     """The members' Trainers, stepped together; `run()` is the loop."""
 
@@ -191,11 +202,25 @@ class Cohort:
             self.path.mkdir(parents=True, exist_ok=True)
             (self.path / "config.yaml").write_text(dump_config(cfg))
         self.members: list[Trainer] = []
+        # each member's LoRA adapter on member 0's model, or None where it holds its own model
+        self.adapters: list[str | None] = []
         try:
+            first = lora_base(configs[0])
             for index, member_cfg in enumerate(configs):
                 self.display.message(f"cohort member {index}")
                 member_dir = self.path / f"member-{index}" if resume else None
-                self.members.append(Trainer(member_cfg, resume=member_dir, resume_step=step))
+                policy, adapter = None, None
+                if index == 0:
+                    adapter = "default" if first else None
+                elif first is not None and lora_base(member_cfg) == first:
+                    model = self.members[0].model
+                    policy, adapter = (model, self.members[0].tokenizer), f"member-{index}"
+                    add_adapter(model, adapter, member_cfg.model.lora)
+                self.adapters.append(adapter)
+                with self.acting(index):
+                    self.members.append(
+                        Trainer(member_cfg, resume=member_dir, resume_step=step, policy=policy)
+                    )
         except BaseException:
             self.close()
             raise
@@ -205,6 +230,14 @@ class Cohort:
         self.answer = answer_reader(
             self.members[0].components.task.verifier, cfg.task.reward_params
         )
+
+    def acting(self, index: int):
+        """Within the block member `index`'s adapter is the one that computes and trains (for a
+        member on a shared base; nothing to switch otherwise)."""
+        adapter = self.adapters[index]
+        if adapter is None or not self.members:
+            return nullcontext()
+        return use_adapter(self.members[0].model, adapter)
 
     def run(self) -> dict:
         """Train every member to train.steps; the first Ctrl-C stops after the current step with
@@ -219,17 +252,19 @@ class Cohort:
 
     def train(self, stop_requested) -> dict:
         members, steps = self.members, self.cfg.train.steps
-        for member in members:
+        for index, member in enumerate(members):
             if member.state.get("final_eval") is None:
-                member.begin()
+                with self.acting(index):
+                    member.begin()
         with self.display.bar("cohort", steps, members[0].state["step"]) as bar:
             while members[0].state["step"] < steps:
                 if stop_requested():
                     self.stop()
                 sampled, seconds = [], []
-                for member in members:
+                for index, member in enumerate(members):
                     start = time.perf_counter()
-                    sampled.append(member.sample())
+                    with self.acting(index):
+                        sampled.append(member.sample())
                     seconds.append(time.perf_counter() - start)
                 answers = [[self.answer(t.response_text) for t in s.trajectories] for s in sampled]
                 trajectories = [s.trajectories for s in sampled]
@@ -238,10 +273,11 @@ class Cohort:
                 ):
                     sample.metrics.update(extra)
                 logged = []
-                for member, sample, sampling in zip(members, sampled, seconds):
+                for index, (member, sample, sampling) in enumerate(zip(members, sampled, seconds)):
                     start = time.perf_counter()
-                    metrics = member.learn(sample)
-                    member.record(metrics, sampling + time.perf_counter() - start)
+                    with self.acting(index):
+                        metrics = member.learn(sample)
+                        member.record(metrics, sampling + time.perf_counter() - start)
                     logged.append(metrics)
                 shown = {
                     k: sum(m[k] for m in logged) / len(logged)
@@ -250,16 +286,19 @@ class Cohort:
                 bar.update(members[0].state["step"], shown)  # the members' means
         if stop_requested():
             self.stop()
-        summaries = [
-            m.finish() if m.state.get("final_eval") is None else m.finalize() for m in members
-        ]
+        summaries = []
+        for index, member in enumerate(members):
+            with self.acting(index):
+                done = member.state.get("final_eval") is not None
+                summaries.append(member.finalize() if done else member.finish())
         summary = {"steps": steps, "reward": self.cfg.cohort.reward, "members": summaries}
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
     def stop(self) -> None:
-        for member in self.members:
-            member.save_if_new()
+        for index, member in enumerate(self.members):
+            with self.acting(index):
+                member.save_if_new()
         raise TrainingInterrupted(
             f"stopped after step {self.members[0].state['step']}; {self.resume_hint()}"
         )

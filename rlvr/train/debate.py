@@ -75,6 +75,15 @@ def check_debate(cfg: Config, generator: Config, critic: Config) -> None:
             generator.algo.advantage != "counterfactual"
         ),
     }
+    c = critic
+    fixes.update(
+        {  # the critic samples through the debate, not Trainer.rollout, which runs these
+            "a critic without algo.dynamic_sampling": not c.algo.dynamic_sampling,
+            "a critic without algo.rgpo_segments": not c.algo.rgpo_segments,
+            "a critic without rollout.tree_width": not c.rollout.tree_width,
+            "a critic without rollout.branch_model": not c.rollout.branch_model,
+        }
+    )
     for need, met in fixes.items():
         if not met:
             raise ConfigError(f"debate.rounds = {d.rounds} needs {need}; fix: set it")
@@ -281,8 +290,8 @@ class Debate:
                 bar.update(
                     generator.state["step"],
                     {
-                        "gen_acc": shown[GENERATOR]["accuracy"],
-                        "critic_acc": shown[CRITIC]["accuracy"],
+                        "gen_acc": shown[GENERATOR].get("accuracy", float("nan")),
+                        "critic_acc": shown[CRITIC].get("accuracy", float("nan")),
                         "fixed": debate_metrics["debate/fixed"],
                     },
                 )

@@ -154,3 +154,31 @@ def test_cohort_run_rewards_agreement_and_resumes(tmp_path):
     for before, after in zip(steps, again):
         for key in ("reward", "accuracy", "entropy/sequence", "loss"):
             assert after[-1][key] == pytest.approx(before[-1][key], abs=1e-9)
+
+
+def test_lora_members_on_one_base_share_it_and_train_their_own_adapters(
+    tmp_path, rlvr_home, monkeypatch
+):
+    monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
+    overrides = [
+        "task.name=target_string", "task.target=hello", "task.decoy=world",
+        "model.pretrain_steps=40", "model.pretrain_flawed_share=0.3", "model.lora.r=4",
+        "rollout.batch_size=16", "rollout.group_size=4", "rollout.max_new_tokens=8",
+        "train.steps=2", "train.eval_every=0", "train.lr=0.01", "task.eval_size=8",
+        "train.eval_k=1", f"log.run_dir={tmp_path}", "log.name=co", "log.quiet=true",
+        # members 0 and 1 start from the same warm start; member 2 from another seed's
+        'cohort.members=[{}, {"train.lr": 0.02}, {"train.seed": 1}]',
+    ]  # fmt: skip
+    cohort = Cohort(load_config(None, overrides))
+    first, second, third = (m.model for m in cohort.members)
+    assert second is first and third is not first
+    assert cohort.adapters == ["default", "member-1", None]
+    base = {n: p.detach().clone() for n, p in first.named_parameters() if "lora_" not in n}
+    cohort.run()
+    trained = dict(first.named_parameters())
+    assert all(p.equal(trained[n]) for n, p in base.items())  # the shared base stayed frozen
+    for adapter in ("default", "member-1"):  # each member trained its own adapter
+        assert any(p.abs().sum() > 0 for n, p in trained.items() if f"lora_B.{adapter}." in n)
+    for index in range(3):  # each member's final model is its own adapter merged on the base
+        final = tmp_path / "co" / f"member-{index}" / "final" / "adapter" / "adapter_config.json"
+        assert final.is_file()

@@ -47,6 +47,7 @@ def test_role_configs_refuse_what_the_roles_must_share(tmp_path, critic, message
         (["algo.advantage=counterfactual"], "other than 'counterfactual' for the generator"),
         (["task.name=guess_number"], "multi-turn"),
         (["task.name=countdown"], "debate.show = 'replies'"),
+        (['debate.critic={"algo.dynamic_sampling": true}'], "critic without algo.dynamic_sampling"),
     ],
 )
 def test_check_debate_refuses_what_could_not_run(tmp_path, overrides, message):
