@@ -95,17 +95,45 @@ def cmd_eval(args) -> None:
     from rlvr.train.prompt_fit import fit_prompts
     from rlvr.train.setup import build_components, build_engine, make_runner
 
-    cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
+    model_path, run, step = args.model, run_of(Path(args.model)), 0
+    if run is not None:  # a run's own task, sampling and eval settings, and its final eval's seeds
+        base = run.load_config().model_dump(mode="json")
+        overrides = ([f"task.name={args.task}"] if args.task else []) + args.overrides
+        cfg = load_config(args.config, overrides, base=base)
+        model_path = str(run.final)
+        step = run.read_summary().get("steps", 0) if run.summary_file.is_file() else 0
+        print(f"rlvr eval: {run.final} with the config of {run.path}", file=sys.stderr)
+    elif args.task:
+        cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
+    else:
+        print(
+            f"rlvr eval: {args.model} is not a run directory, so name the task it is evaluated "
+            "on; fix: add --task <name> (and its settings), or pass runs/<name>",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     components = build_components(cfg)
-    tokenizer = fit_prompts(cfg, components.task, args.model)
+    tokenizer = fit_prompts(cfg, components.task, model_path)
     model, tokenizer = load_model(
-        args.model, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
+        model_path, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
     )
     model = model.to(resolve_device(cfg.model.device))
-    engine = build_engine(cfg, model, tokenizer, args.model)  # rollout.engine=vllm works here too
+    engine = build_engine(cfg, model, tokenizer, model_path)  # rollout.engine=vllm works too
     runner = make_runner(cfg, model, tokenizer, components, engine=engine)
-    metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
+    problems = components.task.eval_problems()
+    metrics = evaluate(runner, problems, cfg.train.eval_k, cfg.train.seed, step)
     print(json.dumps(metrics, indent=2))
+
+
+def run_of(path: Path):
+    """The run directory a path names (the run itself, or its final/), or None."""
+    from rlvr.train.rundir import RunDir
+
+    for candidate in (path, path.parent):
+        if (candidate / "config.yaml").is_file() and (candidate / "final").is_dir():
+            if candidate == path or path.name == "final":
+                return RunDir(candidate)
+    return None
 
 
 def cmd_profile(args) -> None:
@@ -207,9 +235,13 @@ def parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="held-out greedy accuracy and pass@k of a model on a task")
-    ev.add_argument("model", help="model directory or hub id (e.g. runs/<name>/final)")
+    ev.add_argument(
+        "model",
+        help="a run directory (runs/<name> or runs/<name>/final: its own config and seeds, so "
+        "the numbers match its final eval), or a model directory or hub id with --task",
+    )
     ev.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. task.digits=4")
-    ev.add_argument("--task", required=True, help="task name")
+    ev.add_argument("--task", help="task name (a run directory brings its own)")
     ev.add_argument("--config", help="TOML/YAML config file for task, rollout and eval settings")
     ev.set_defaults(func=cmd_eval)
 

@@ -48,6 +48,16 @@ def test_train_resume_eval_and_pretrain(fast_overrides, tmp_path, capsys):
     main(["eval", str(run / "final"), "--task", "arithmetic", "task.eval_size=4", "train.eval_k=2"])
     metrics = json.loads(capsys.readouterr().out)
     assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and "eval/pass@2" in metrics
+    # the run directory brings its own task, eval settings and final-eval seeds: the same numbers
+    for path in (run, run / "final"):
+        main(["eval", str(path)])
+        again = json.loads(capsys.readouterr().out)
+        final = json.loads((run / "summary.json").read_text())["final_eval"]
+        for key in ("eval/accuracy", "eval/pass@1", "eval/pass@2", "eval/response_length"):
+            assert again[key] == pytest.approx(final[key], abs=1e-12), key
+    with pytest.raises(SystemExit) as e:
+        main(["eval", str(tmp_path)])
+    assert e.value.code == 2 and "--task" in capsys.readouterr().err
     main(["pretrain", "--task", "countdown", "model.pretrain_steps=3", "--quiet"])
     path = capsys.readouterr().out.strip().splitlines()[-1]
     assert (Path(path) / "config.json").is_file()
