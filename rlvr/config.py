@@ -722,6 +722,12 @@ class LogConfig(Section):
     run_dir: str = Field("runs", description="Parent directory of run directories.")
     name: str | None = Field(None, description="Run name; default is '<task>-<timestamp>'.")
     quiet: bool = Field(False, description="Plain log lines instead of a live progress bar.")
+    samples_per_step: int = Field(
+        8,
+        ge=0,
+        description="The first samples of each step's batch (whole groups first) written to "
+        "samples.jsonl: prompt, reply, reward, status and advantage; 0 = none.",
+    )
 
 
 class DistributedConfig(Section):

@@ -67,3 +67,29 @@ def staleness_metrics(trajectories: list[Trajectory], version: int) -> dict[str,
         "async/staleness_max": max(stale),
         "async/mixed_versions": sum(len(versions) > 1 for versions in sampled) / len(sampled),
     }
+
+
+def sample_records(
+    step: int, trajectories: list[Trajectory], advantages: torch.Tensor, loss_mask: torch.Tensor
+) -> list[dict]:
+    """One JSON-ready record per trajectory for samples.jsonl; `advantages` and `loss_mask`
+    [n, T-1] are the trajectories' rows, and each record's advantage is its mean over the
+    sample's policy tokens."""
+    tokens = loss_mask.sum(-1).clamp(min=1)
+    mean_advantage = ((advantages * loss_mask).sum(-1) / tokens).tolist()
+    return [
+        {
+            "step": step,
+            "group": t.group_id,
+            "problem": t.problem.id,
+            "prompt": t.problem.messages(),
+            "response": t.response_text,
+            "reward": t.reward,
+            "correct": t.correct,
+            "status": t.status,
+            "finish_reason": t.finish_reason,
+            "generated_tokens": t.num_generated,
+            "advantage": advantage,
+        }
+        for t, advantage in zip(trajectories, mean_advantage)
+    ]

@@ -30,6 +30,7 @@ class RunDir:
         self.config_file = path / "config.yaml"
         self.metrics_file = path / "metrics.jsonl"
         self.reward_errors = path / "reward_errors.jsonl"
+        self.samples_file = path / "samples.jsonl"
         self.summary_file = path / "summary.json"
         self.checkpoints = path / "checkpoints"
         self.final = path / "final"
@@ -88,9 +89,13 @@ class RunDir:
         with open(self.metrics_file, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    def log_samples(self, records: list[dict]) -> None:
+        with open(self.samples_file, "a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
+
     def truncate_metrics(self, after_step: int) -> None:
         """Drop records of steps that a resume will run again."""
-        for path in (self.metrics_file, self.reward_errors):
+        for path in (self.metrics_file, self.reward_errors, self.samples_file):
             records = _read_jsonl(path)
             _replace_jsonl(path, [r for r in records if r["step"] <= after_step])
 

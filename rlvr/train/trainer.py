@@ -61,7 +61,7 @@ from rlvr.train.faults import (
     stop_at_step_end,
 )
 from rlvr.train.logprobs import autocast
-from rlvr.train.metrics import batch_metrics, staleness_metrics
+from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.parallel import parallel_on, parallel_shaping
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
@@ -443,6 +443,11 @@ class Trainer:
             seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
         )
         metrics.update(self.profile(trajectories, batch, data, result, timings))
+        if cfg.log.samples_per_step:
+            n = cfg.log.samples_per_step
+            self.run_dir.log_samples(sample_records(
+                self.state["step"] + 1, trajectories[:n], data.advantages[:n], batch.loss_mask[:n]
+            ))  # fmt: skip
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
 

@@ -43,6 +43,19 @@ def test_run_directory_layout(fast_overrides, tmp_path):
         "tokens_per_sec/generate",
     ):
         assert key in record, key
+    # samples.jsonl: the first 8 samples of each step, two whole groups of 4, each with its
+    # GRPO advantage, which sums to 0 over a group and follows reward minus the group's mean
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [1] * 8 + [2] * 8 + [3] * 8
+    for step in (1, 2, 3):
+        for group in {s["group"] for s in samples if s["step"] == step}:
+            members = [s for s in samples if s["step"] == step and s["group"] == group]
+            assert len(members) == 4
+            assert sum(s["advantage"] for s in members) == pytest.approx(0.0, abs=1e-5)
+            mean = sum(s["reward"] for s in members) / 4
+            for s in members:
+                assert (s["advantage"] > 1e-6) == (s["reward"] > mean + 1e-9)
+                assert s["prompt"][-1]["role"] == "user" and s["status"] in ("ok", "wrong")
 
 
 def parity(problem, response):
