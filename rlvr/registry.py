@@ -49,10 +49,11 @@ def lookup(registry: dict[str, Any], name: str, key: str, group: str | None = No
 
 
 def describe(registry: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, first docstring line) pairs for `rlvr list`."""
+    """(name, the docstring's first paragraph on one line) pairs for `rlvr list`: the summary
+    whole, not its first line cut mid-sentence."""
     rows = []
     for name, obj in sorted(registry.items()):
         text = obj if isinstance(obj, str) else getattr(obj, "__doc__", None) or ""
-        doc = text.strip().splitlines()
-        rows.append((name, doc[0] if doc else ""))
+        paragraph = text.strip().split("\n\n")[0]
+        rows.append((name, " ".join(line.strip() for line in paragraph.splitlines())))
     return rows

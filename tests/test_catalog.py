@@ -27,3 +27,20 @@ def test_installed_plugins_are_listed_after_the_built_ins(tmp_path, monkeypatch)
     found = rows("losses")
     assert found[-1] == ("my_loss", "plugin: my_pkg.losses:my_loss")
     assert "my_loss" not in dict(rows("rewards"))
+
+
+def test_descriptions_are_whole_first_paragraphs_not_cut_lines():
+    from rlvr.registry import describe
+
+    def documented():
+        """First line of a summary
+        that goes on here.
+
+        Details that are not listed."""
+
+    assert describe({"x": documented}) == [("x", "First line of a summary that goes on here.")]
+    for kind, entries in json.loads(CACHE.read_text()).items():
+        if kind == "presets":  # shapes, not sentences
+            continue
+        for name, doc in entries.items():
+            assert doc.endswith((".", ")")), f"{kind}.{name}: {doc!r} ends mid-sentence"
