@@ -287,14 +287,8 @@ class Debate:
                 if generator.due(self.cfg.train.eval_every):
                     record.update(self.evaluate())
                 self.log(record)
-                bar.update(
-                    generator.state["step"],
-                    {
-                        "gen_acc": shown[GENERATOR].get("accuracy", float("nan")),
-                        "critic_acc": shown[CRITIC].get("accuracy", float("nan")),
-                        "fixed": debate_metrics["debate/fixed"],
-                    },
-                )
+                # the generator's reward and accuracy, and how the critic did beside them
+                bar.update(generator.state["step"], {**shown[GENERATOR], **debate_metrics})
         if stop_requested():
             self.stop()
         summaries = {}

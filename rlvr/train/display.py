@@ -23,6 +23,8 @@ SHOWN = {
     "reward": "reward",
     "accuracy": "acc",
     "cohort/agreement": "agree",
+    "debate/critic_accuracy": "critic_acc",
+    "debate/fixed": "fixed",
     "kl": "kl",
     "eval/accuracy": "eval_acc",
     "time/step": "s/step",
@@ -43,12 +45,14 @@ class Display:
         self._task = None
         self._last: dict[str, float] = {}
         self._log_every = 1
+        self._phase, self._total = "", 0  # quiet lines name the bar and its total: "rl 10/20"
 
     @contextmanager
     def bar(self, description: str, total: int, completed: int = 0):
         self._last = {}
         if self.quiet:
             self._log_every = max(1, total // 20)  # ~20 log lines per bar
+            self._phase, self._total = description, total
             yield self
             return
         progress = Progress(
@@ -73,7 +77,8 @@ class Display:
             self._progress.update(self._task, completed=step, metrics=brief(self._last))
         elif step % self._log_every == 0 or "eval/accuracy" in metrics:
             print(
-                f"{time.strftime('%H:%M:%S')} step {step}  {brief(self._last)}",
+                f"{time.strftime('%H:%M:%S')} {self._phase} {step}/{self._total}  "
+                f"{brief(self._last)}",
                 file=sys.stderr,
                 flush=True,
             )
