@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Literal
 
@@ -11,6 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlvr.rewards.answers import marked_answer, reference_answer, strip_units
 from rlvr.rewards.match import NO_MARKER, normalize
 from rlvr.types import Problem, Score
+
+
+def _not_timeout_notice(record: logging.LogRecord) -> bool:
+    return "Timeout is disabled" not in record.getMessage()
+
+
+# Off the main thread math-verify runs without its own timeout and says so; rlvr's reward
+# runner enforces task.reward_timeout there, so the notice is only noise.
+for _module in ("math_verify.grader", "math_verify.parser"):
+    logging.getLogger(_module).addFilter(_not_timeout_notice)
 
 
 def _timeout() -> int | None:

@@ -56,13 +56,22 @@ def test_math_reward_params_are_validated():
         REWARDS["math"].Params(fallback="last_number")
 
 
-def test_works_outside_the_main_thread():
-    # math-verify's default SIGALRM timeout raises in threads; the reward must not.
+def test_works_outside_the_main_thread_without_math_verifys_timeout_notice(monkeypatch, caplog):
+    # math-verify's default SIGALRM timeout raises in threads; the reward must not, and the
+    # notice math-verify prints once when its timeout is off stays silent (rlvr times rewards)
+    import math_verify.grader
+    import math_verify.parser
+
+    for module in (math_verify.grader, math_verify.parser):
+        monkeypatch.setattr(module, "TIMEOUT_WARNING_SHOWN", False)
     results = []
     thread = threading.Thread(target=lambda: results.append(score(r"\frac{1}{2}", "#### 0.5")))
-    thread.start()
-    thread.join()
+    with caplog.at_level("WARNING"):
+        thread.start()
+        thread.join()
     assert results[0].status == "ok"
+    assert math_verify.parser.TIMEOUT_WARNING_SHOWN  # the notice was due, and was filtered
+    assert "Timeout is disabled" not in caplog.text
 
 
 @pytest.mark.parametrize(
