@@ -181,6 +181,12 @@ class Trainer:
         self.canary = HackingMonitor()
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
+        if len(self.eval_problems) < cfg.task.eval_size:  # a small file's held-out share
+            self.display.message(
+                f"[yellow]task.eval_size = {cfg.task.eval_size}, but the task holds out only "
+                f"{len(self.eval_problems)} problems; eval scores those, so its accuracy moves in "
+                f"steps of 1/{len(self.eval_problems)}"
+            )
         self.teacher = (
             Teacher(a, self.tokenizer, self.model.device, {p.domain for p in self.eval_problems})
             if a.teacher or a.domain_teachers

@@ -254,3 +254,14 @@ def test_otb_runs_the_old_logprob_pass_and_gets_sum_pi_squared(fast_overrides, m
     assert trainer.run_dir.read_metrics() and seen["old"] is not None  # one RL step ran
     squares = seen["squares"]
     assert squares.shape == seen["old"].shape and (squares > 0).any() and (squares <= 1).all()
+
+
+def test_a_held_out_set_smaller_than_eval_size_is_said(fast_overrides, tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+{i}=", "answer": "{2 * i}"}}\n' for i in range(20)))
+    overrides = [f"task.path={data}", "task.eval_share=0.2", "task.verifier=numeric"]
+    cfg = load_config(None, [*fast_overrides, "task.name=jsonl", *overrides])
+    trainer = Trainer(cfg)  # fast_overrides ask for 8 eval problems; 20 rows hold out 4
+    trainer.close()
+    assert len(trainer.eval_problems) == 4
+    assert "task.eval_size = 8, but the task holds out only 4 problems" in capsys.readouterr().err
