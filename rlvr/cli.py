@@ -33,22 +33,8 @@ def _config(path: str | None, overrides: list[str], quiet: bool):
     return cfg
 
 
-def runner(cfg):
-    """What trains this config: a cohort, a debate, or one Trainer."""
-    if cfg.cohort.members:
-        from rlvr.train.cohort import Cohort
-
-        return Cohort
-    if cfg.debate.rounds:
-        from rlvr.train.debate import Debate
-
-        return Debate
-    from rlvr.train.trainer import Trainer
-
-    return Trainer
-
-
 def cmd_train(args) -> None:
+    from rlvr.api import runner
     from rlvr.train.faults import TrainingInterrupted
     from rlvr.train.rundir import RunDir, RunDirError
 
@@ -90,50 +76,13 @@ def cmd_pretrain(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from rlvr.models.loading import load_model, resolve_device
-    from rlvr.train.evaluate import evaluate
-    from rlvr.train.prompt_fit import fit_prompts
-    from rlvr.train.setup import build_components, build_engine, make_runner
+    from rlvr.api import evaluate, run_of
 
-    model_path, run, step = args.model, run_of(Path(args.model)), 0
-    if run is not None:  # a run's own task, sampling and eval settings, and its final eval's seeds
-        base = run.load_config().model_dump(mode="json")
-        overrides = ([f"task.name={args.task}"] if args.task else []) + args.overrides
-        cfg = load_config(args.config, overrides, base=base)
-        model_path = str(run.final)
-        step = run.read_summary().get("steps", 0) if run.summary_file.is_file() else 0
+    run = run_of(Path(args.model))
+    if run is not None:
         print(f"rlvr eval: {run.final} with the config of {run.path}", file=sys.stderr)
-    elif args.task:
-        cfg = load_config(args.config, [f"task.name={args.task}", *args.overrides])
-    else:
-        print(
-            f"rlvr eval: {args.model} is not a run directory, so name the task it is evaluated "
-            "on; fix: add --task <name> (and its settings), or pass runs/<name>",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    components = build_components(cfg)
-    tokenizer = fit_prompts(cfg, components.task, model_path)
-    model, tokenizer = load_model(
-        model_path, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
-    )
-    model = model.to(resolve_device(cfg.model.device))
-    engine = build_engine(cfg, model, tokenizer, model_path)  # rollout.engine=vllm works too
-    runner = make_runner(cfg, model, tokenizer, components, engine=engine)
-    problems = components.task.eval_problems()
-    metrics = evaluate(runner, problems, cfg.train.eval_k, cfg.train.seed, step)
+    metrics = evaluate(args.model, *args.overrides, task=args.task, config=args.config)
     print(json.dumps(metrics, indent=2))
-
-
-def run_of(path: Path):
-    """The run directory a path names (the run itself, or its final/), or None."""
-    from rlvr.train.rundir import RunDir
-
-    for candidate in (path, path.parent):
-        if (candidate / "config.yaml").is_file() and (candidate / "final").is_dir():
-            if candidate == path or path.name == "final":
-                return RunDir(candidate)
-    return None
 
 
 def cmd_profile(args) -> None:

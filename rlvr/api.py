@@ -1,0 +1,133 @@
+"""The Python API, for notebooks and scripts: train, evaluate and load a run as the CLI does.
+Heavy imports wait until a function is called, so `import rlvr` stays quick."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import Config, ConfigError, build_config, load_config
+
+
+def _config(config: str | Path | dict | Config | None, overrides: tuple[str, ...]) -> Config:
+    if isinstance(config, Config):
+        config = config.model_dump(mode="json")
+    if isinstance(config, dict):
+        return load_config(None, list(overrides), base=build_config(config).model_dump(mode="json"))
+    return load_config(config, list(overrides))
+
+
+def runner(cfg: Config):
+    """What trains this config: a cohort, a debate, or one Trainer."""
+    if cfg.cohort.members:
+        from rlvr.train.cohort import Cohort
+
+        return Cohort
+    if cfg.debate.rounds:
+        from rlvr.train.debate import Debate
+
+        return Debate
+    from rlvr.train.trainer import Trainer
+
+    return Trainer
+
+
+def run(config: str | Path | dict | Config | None = None, *overrides: str) -> dict:
+    """Train as `rlvr train` does and return the run's summary: `config` is a TOML/YAML file, a
+    dict or Config (None: the default run), `overrides` dotted `section.key=value` strings.
+    (Not `rlvr.train`: that name is the package of the training loop.)
+
+        summary = rlvr.run("examples/arithmetic.toml", "train.steps=50")
+    """
+    cfg = _config(config, overrides)
+    return runner(cfg)(cfg).run()
+
+
+def run_of(path: Path):
+    """The run directory a path names (the run itself, or its final/), or None."""
+    from rlvr.train.rundir import RunDir
+
+    for candidate in (path, path.parent):
+        if (candidate / "config.yaml").is_file() and (candidate / "final").is_dir():
+            if candidate == path or path.name == "final":
+                return RunDir(candidate)
+    return None
+
+
+def evaluate(
+    model: str | Path,
+    *overrides: str,
+    task: str | None = None,
+    config: str | Path | None = None,
+) -> dict[str, float]:
+    """Held-out greedy accuracy and pass@k, as `rlvr eval` prints them. A run directory (or its
+    final/) brings its own config and its final eval's seeds, so the numbers are those of its
+    summary.json; any other model directory or hub id needs `task`."""
+    from rlvr.models.loading import load_model, resolve_device
+    from rlvr.train.evaluate import evaluate as evaluate_runner
+    from rlvr.train.prompt_fit import fit_prompts
+    from rlvr.train.setup import build_components, build_engine, make_runner
+
+    model_path, run, step = str(model), run_of(Path(model)), 0
+    named = [f"task.name={task}"] if task else []
+    if run is not None:
+        base = run.load_config().model_dump(mode="json")
+        cfg = load_config(config, [*named, *overrides], base=base)
+        model_path = str(run.final)
+        step = run.read_summary().get("steps", 0) if run.summary_file.is_file() else 0
+    elif task:
+        cfg = load_config(config, [*named, *overrides])
+    else:
+        raise ConfigError(
+            f"{model} is not a run directory, so name the task it is evaluated on; fix: "
+            "task=<name> (--task <name> on the command line) and its settings, or a run directory"
+        )
+    components = build_components(cfg)
+    tokenizer = fit_prompts(cfg, components.task, model_path)
+    loaded, tokenizer = load_model(
+        model_path, cfg.model.dtype, cfg.model.trust_remote_code, tokenizer=tokenizer
+    )
+    loaded = loaded.to(resolve_device(cfg.model.device))
+    engine = build_engine(cfg, loaded, tokenizer, model_path)  # rollout.engine=vllm works too
+    runner_ = make_runner(cfg, loaded, tokenizer, components, engine=engine)
+    problems = components.task.eval_problems()
+    return evaluate_runner(runner_, problems, cfg.train.eval_k, cfg.train.seed, step)
+
+
+@dataclass
+class Run:
+    """A finished or running run directory, read back."""
+
+    path: Path
+    config: Config
+    summary: dict | None  # None until the run finishes
+    metrics: list[dict]  # metrics.jsonl: one record per step, evals included
+    samples: list[dict]  # samples.jsonl
+
+    def model(self) -> tuple[Any, Any]:
+        """(model, tokenizer) of the run's final/ as Hugging Face objects."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        final = self.path / "final"
+        if not final.is_dir():
+            raise FileNotFoundError(f"{self.path} has no final/ yet; the run has not finished")
+        return AutoModelForCausalLM.from_pretrained(final), AutoTokenizer.from_pretrained(final)
+
+
+def load_run(path: str | Path) -> Run:
+    """The run directory at `path` (runs/<name>): its config, summary, metrics and samples."""
+    from rlvr.train.rundir import RunDir
+
+    run = RunDir(Path(path))
+    if not run.config_file.is_file():
+        raise FileNotFoundError(f"{path} is not a run directory (no config.yaml)")
+
+    def read(file: Path) -> list[dict]:
+        return (
+            [json.loads(line) for line in file.read_text().splitlines()] if file.is_file() else []
+        )
+
+    summary = run.read_summary() if run.summary_file.is_file() else None
+    return Run(run.path, run.load_config(), summary, read(run.metrics_file), read(run.samples_file))
