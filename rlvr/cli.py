@@ -85,6 +85,29 @@ def cmd_eval(args) -> None:
     print(json.dumps(metrics, indent=2))
 
 
+def cmd_report(args) -> None:
+    from rlvr.analysis.page import run_page
+
+    run = Path(args.run)
+    if not (run / "metrics.jsonl").is_file():
+        print(f"rlvr report: {run} is not a run directory (no metrics.jsonl)", file=sys.stderr)
+        sys.exit(2)
+    out = Path(args.out) if args.out else run / "report.html"
+    out.write_text(run_page(run))
+    print(out)
+
+
+def cmd_compare(args) -> None:
+    from rlvr.analysis.page import compare_page
+
+    missing = [r for r in args.runs if not (Path(r) / "metrics.jsonl").is_file()]
+    if missing:
+        print(f"rlvr compare: not run directories (no metrics.jsonl): {missing}", file=sys.stderr)
+        sys.exit(2)
+    Path(args.out).write_text(compare_page([Path(r) for r in args.runs]))
+    print(args.out)
+
+
 def cmd_profile(args) -> None:
     import torch
 
@@ -224,6 +247,18 @@ def parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
     ls.set_defaults(func=cmd_list, light=True)
+
+    rep = sub.add_parser(
+        "report", help="a run's page: curves, evals, config and samples, one HTML file"
+    )
+    rep.add_argument("run", help="run directory (runs/<name>)")
+    rep.add_argument("--out", help="where to write it (default: RUN/report.html)")
+    rep.set_defaults(func=cmd_report, light=True)
+
+    cmp = sub.add_parser("compare", help="several runs' curves overlaid, one HTML file")
+    cmp.add_argument("runs", nargs="+", help="run directories")
+    cmp.add_argument("--out", default="compare.html", help="where to write it")
+    cmp.set_defaults(func=cmd_compare, light=True)
     return root
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 
@@ -70,15 +71,30 @@ def staleness_metrics(trajectories: list[Trajectory], version: int) -> dict[str,
 
 
 def sample_records(
-    step: int, trajectories: list[Trajectory], advantages: torch.Tensor, loss_mask: torch.Tensor
+    step: int,
+    trajectories: list[Trajectory],
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    input_ids: torch.Tensor,
+    decode: Callable[[list[int]], str],
 ) -> list[dict]:
-    """One JSON-ready record per trajectory for samples.jsonl; `advantages` and `loss_mask`
-    [n, T-1] are the trajectories' rows, and each record's advantage is its mean over the
-    sample's policy tokens."""
+    """One JSON-ready record per trajectory for samples.jsonl. `advantages` and `loss_mask`
+    [n, T-1] are the trajectories' rows (position j predicts token j + 1 of `input_ids` [n, T]);
+    `advantage` is the mean over the sample's policy tokens, and `tokens` lists every token from
+    its first reply on as [text, advantage], the advantage None where the policy did not write
+    it (an environment's observation)."""
     tokens = loss_mask.sum(-1).clamp(min=1)
     mean_advantage = ((advantages * loss_mask).sum(-1) / tokens).tolist()
-    return [
-        {
+    records = []
+    for row, (t, advantage) in enumerate(zip(trajectories, mean_advantage)):
+        mask, ids, values = loss_mask[row].tolist(), input_ids[row, 1:].tolist(), advantages[row]
+        end = len(t.token_ids) - 1
+        first = mask.index(1.0) if 1.0 in mask[:end] else end
+        shown = [
+            [decode([ids[j]]), round(float(values[j]), 4) if mask[j] else None]
+            for j in range(first, end)
+        ]
+        records.append({
             "step": step,
             "group": t.group_id,
             "problem": t.problem.id,
@@ -90,6 +106,6 @@ def sample_records(
             "finish_reason": t.finish_reason,
             "generated_tokens": t.num_generated,
             "advantage": advantage,
-        }
-        for t, advantage in zip(trajectories, mean_advantage)
-    ]
+            "tokens": shown,
+        })  # fmt: skip
+    return records

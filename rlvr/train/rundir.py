@@ -15,6 +15,7 @@ import transformers
 import yaml
 
 import rlvr
+from rlvr.analysis.page import run_page
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, build_config, dump_config
 from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
@@ -133,6 +134,7 @@ class RunDir:
         }
         plot_run(self.read_metrics(), self.path / "report.png", self.path.name)
         self.summary_file.write_text(json.dumps(summary, indent=2))
+        (self.path / "report.html").write_text(run_page(self.path))
         return summary
 
     def read_summary(self) -> dict:

@@ -452,7 +452,8 @@ class Trainer:
         if cfg.log.samples_per_step:
             n = cfg.log.samples_per_step
             self.run_dir.log_samples(sample_records(
-                self.state["step"] + 1, trajectories[:n], data.advantages[:n], batch.loss_mask[:n]
+                self.state["step"] + 1, trajectories[:n], data.advantages[:n],
+                batch.loss_mask[:n], batch.input_ids[:n], self.tokenizer.decode,
             ))  # fmt: skip
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
