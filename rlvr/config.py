@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
 try:
     import tomllib
@@ -668,6 +669,37 @@ class AlgoConfig(Section):
     )
 
 
+class MonitorRule(Section):
+    """One rule over the metrics stream: when `metric` stays above or below a bound for `steps`
+    steps in a row, act."""
+
+    metric: str = Field(
+        description="A logged metric, e.g. 'entropy', 'grad_norm', 'eval/accuracy'."
+    )
+    above: float | None = Field(None, description="Fire when the metric is above this.")
+    below: float | None = Field(None, description="Fire when the metric is below this.")
+    steps: int = Field(1, gt=0, description="Consecutive steps (that log the metric) it must hold.")
+    action: Literal["warn", "stop", "lower_lr"] = Field(
+        "warn",
+        description="'warn': say so; 'stop': checkpoint and stop (resume continues); "
+        "'lower_lr': multiply the learning rate by `factor`.",
+    )
+    factor: float = Field(0.5, gt=0, lt=1, description="lower_lr: the learning rate's multiplier.")
+    name: str = Field("", description="Its name in metrics (monitor/<name>) and messages.")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> MonitorRule:
+        if (self.above is None) == (self.below is None):
+            raise ValueError(
+                f"monitor on '{self.metric}' needs exactly one of above / below; fix: e.g. "
+                f'{{metric = "{self.metric}", below = 0.05}}'
+            )
+        if not self.name:
+            side, bound = ("above", self.above) if self.above is not None else ("below", self.below)
+            self.name = f"{self.metric}_{side}_{bound:g}"
+        return self
+
+
 class TrainConfig(Section):
     steps: int = Field(20, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
@@ -715,6 +747,15 @@ class TrainConfig(Section):
     )
     max_bad_steps: int = Field(
         3, gt=0, description="Abort after this many consecutive non-finite steps."
+    )
+    monitors: list[MonitorRule] = Field(
+        default_factory=lambda: [
+            MonitorRule(metric="entropy", below=0.01, steps=5, name="entropy_collapse"),
+            MonitorRule(metric="grad_norm", above=1000.0, steps=2, name="grad_norm_explodes"),
+        ],
+        description="Rules over the metrics stream, checked after every step (see MonitorRule "
+        "in docs/config.md): the default warns when the sampled entropy collapses below 0.01 "
+        "for 5 steps and when the gradient norm stays above 1000; [] = none.",
     )
 
 
@@ -1136,8 +1177,11 @@ def _param_rows(prefix: str, model: type[BaseModel]) -> list[str]:
             rows += _param_rows(f"{prefix}.{name}", sub.annotation)
             continue
         default = sub.default_factory() if sub.default_factory else sub.default
-        shown = "required" if sub.is_required() else f"`{json.dumps(default)}`"
+        shown = "required" if sub.is_required() else f"`{json.dumps(to_jsonable_python(default))}`"
         rows.append(f"| `{prefix}.{name}` | {shown} | {sub.description} |")
+        item = get_args(sub.annotation)[0] if get_origin(sub.annotation) is list else None
+        if isinstance(item, type) and issubclass(item, BaseModel):  # a list of rules: their keys
+            rows += _param_rows(f"{prefix}.{name}[]", item)
     return rows
 
 

@@ -23,6 +23,7 @@ PANELS = [
     ("response length (tokens)", ["response_length", "eval/response_length"]),
     ("clipped and masked shares", ["clip_frac", "clip_frac_lower", "truncated"]),
     ("rollout vs training logprobs", ["mismatch/abs_diff_mean", "mismatch/abs_diff_max"]),
+    ("monitors that fired (train.monitors)", ["monitor/*"]),
     ("debate", ["debate/fixed", "debate/kept", "debate/critic_accuracy", "debate/eval_*"]),
     ("seconds per phase", ["time/generate", "time/update", "time/old_logprobs",
                            "time/ref_logprobs", "time/eval", "time/step"]),

@@ -36,6 +36,7 @@ from rlvr.train.update import (
     make_optimizer,
     make_scheduler,
     policy_update,
+    scale_lr,
 )
 
 
@@ -88,6 +89,9 @@ class TrainerRank:
                       self.kl, generator, parallel)  # fmt: skip
         if self.sharded:
             copy_full_trainable(self.model, None)  # rank 0 gathers the new weights
+
+    def scale_lr(self, factor: float) -> None:
+        scale_lr(self.optimizer, self.scheduler, factor)
 
     def optimizer_state(self) -> None:
         full_optimizer_state(self.model, self.optimizer)  # gathered on rank 0 only
@@ -188,6 +192,10 @@ class RayUpdateGroup:
             copy_full_trainable(self.trained, model)
         self._get(started)
         return result
+
+    def scale_lr(self, factor: float) -> None:
+        scale_lr(self.local_optimizer, self.scheduler, factor)
+        self._get([r.scale_lr.remote(factor) for r in self.ranks])
 
     def describe(self) -> list[str]:
         lines = placement_lines("trainer rank", self.placement)

@@ -62,6 +62,7 @@ from rlvr.train.faults import (
 )
 from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
+from rlvr.train.monitors import Monitors
 from rlvr.train.parallel import parallel_on, parallel_shaping
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
@@ -179,6 +180,7 @@ class Trainer:
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
         self.canary = HackingMonitor()
+        self.monitors = Monitors(cfg.train.monitors)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
         self.eval_problems = self.components.task.eval_problems()
         if len(self.eval_problems) < cfg.task.eval_size:  # a small file's held-out share
@@ -265,6 +267,9 @@ class Trainer:
         self.update_rng.set_state(state.pop("update_rng"))
         self.canary.load_state_dict(state.pop("canary"))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
+        monitors = state.pop("monitors", None)  # absent from checkpoints written before them
+        if monitors is not None and len(monitors["streaks"]) == len(self.monitors.rules):
+            self.monitors.load_state_dict(monitors)
         if "reward_baseline" in state:  # absent from checkpoints written before it existed
             self.reward_baseline.load_state_dict(state.pop("reward_baseline"))
         if "task" in state:  # a task with state of its own (e.g. tree_search's curriculum)
@@ -306,6 +311,7 @@ class Trainer:
         if self.guidance is not None:
             state["guidance"] = self.guidance.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
+        state["monitors"] = self.monitors.state_dict()
         if hasattr(self.components.task, "state_dict"):
             state["task"] = self.components.task.state_dict()
         step, directory = self.state["step"], self.run_dir.checkpoints
@@ -731,12 +737,25 @@ class Trainer:
             self.canary.observe_eval(metrics["eval/accuracy"])
         for warning in self.canary.new_warnings(metrics):
             self.display.message(f"[yellow]step {self.state['step']}: {warning}")
+        stop = None
+        for firing in self.monitors.observe(metrics):
+            metrics[f"monitor/{firing.rule.name}"] = 1.0
+            self.display.message(f"[yellow]step {self.state['step']}: {firing.message}")
+            if firing.rule.action == "lower_lr":
+                self.updater.scale_lr(firing.rule.factor)
+            if firing.rule.action == "stop":
+                stop = firing
         self.state["elapsed"] = time.perf_counter() - self.started
         self.run_dir.log({"step": self.state["step"], **metrics})
         if self.due(cfg.train.save_every):
             start = time.perf_counter()
             self.save()
             self.checkpoint_seconds = time.perf_counter() - start
+        if stop is not None:
+            self.save_if_new()
+            raise TrainingInterrupted(
+                f"{stop.message} after step {self.state['step']}; {resume_hint(self.run_dir.path)}"
+            )
 
     def stop(self) -> None:
         """Ctrl-C, between steps: the state is exactly that after a whole step, so a checkpoint

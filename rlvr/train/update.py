@@ -42,6 +42,14 @@ def make_scheduler(cfg: Config, optimizer):
     return get_constant_schedule_with_warmup(optimizer, cfg.train.warmup_steps)
 
 
+def scale_lr(optimizer: torch.optim.Optimizer, scheduler, factor: float) -> None:
+    """The learning rate times `factor` from now on, the schedule's base included (both are in
+    their state dicts, so a checkpoint keeps the lowered rate)."""
+    for group in optimizer.param_groups:
+        group["lr"] *= factor
+    scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+
+
 @dataclass
 class UpdateResult:
     metrics: dict[str, float]
@@ -309,6 +317,9 @@ class LocalUpdate:
         return policy_update(
             model, self.optimizer, self.scheduler, data, self.cfg, loss_fn, kl_fn, generator
         )
+
+    def scale_lr(self, factor: float) -> None:
+        scale_lr(self.optimizer, self.scheduler, factor)
 
     def describe(self) -> list[str]:
         return []
