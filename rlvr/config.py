@@ -763,6 +763,14 @@ class LogConfig(Section):
     run_dir: str = Field("runs", description="Parent directory of run directories.")
     name: str | None = Field(None, description="Run name; default is '<task>-<timestamp>'.")
     quiet: bool = Field(False, description="Plain log lines instead of a live progress bar.")
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
+        default_factory=list,
+        description="Experiment trackers fed every metrics.jsonl record, as TRL's report_to: "
+        "'tensorboard' (run_dir/tensorboard), 'wandb' (WANDB_MODE=offline keeps it on disk), "
+        "'mlflow' (MLFLOW_TRACKING_URI, else run_dir/mlflow.db), 'trackio' (local); each is an "
+        "extra: pip install -e '.[tensorboard]' etc.",
+    )
+    project: str = Field("rlvr", description="The wandb / trackio project, the MLflow experiment.")
     samples_per_step: int = Field(
         8,
         ge=0,

@@ -60,6 +60,7 @@ from rlvr.train.faults import (
     resume_hint,
     stop_at_step_end,
 )
+from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
@@ -153,6 +154,7 @@ class Trainer:
         generator's model."""
         self.cfg = cfg
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
+        check_installed(cfg)  # a tracker in log.report_to that is missing, before any work
         self.display = Display(cfg.log.quiet)
         self.run_dir = RunDir(resume) if resume else RunDir.for_config(cfg)
         self.run_dir.check_writable(
@@ -225,6 +227,12 @@ class Trainer:
             raise
         for line in self.source.describe() + self.updater.describe():
             self.display.message(line)
+        try:
+            self.trackers = Trackers(cfg, self.run_dir.path)
+        except BaseException:
+            self.updater.close()
+            self.source.close()
+            raise
 
     def _start(self, resumed: bool) -> None:
         """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
@@ -692,8 +700,14 @@ class Trainer:
         finally:
             self.close()
 
+    def log(self, record: dict) -> None:
+        """One record to metrics.jsonl and to every tracker in log.report_to."""
+        self.run_dir.log(record)
+        self.trackers.log(record)
+
     def close(self) -> None:
         try:
+            self.trackers.close()
             self.updater.close()
         finally:
             self.source.close()
@@ -718,7 +732,7 @@ class Trainer:
         if self.state["base_eval"] is None:
             self.state["base_eval"] = self.evaluate()
             self.canary.observe_eval(self.state["base_eval"]["eval/accuracy"])
-            self.run_dir.log({"step": 0, **self.state["base_eval"]})
+            self.log({"step": 0, **self.state["base_eval"]})
             self.display.message(
                 f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
             )
@@ -746,7 +760,7 @@ class Trainer:
             if firing.rule.action == "stop":
                 stop = firing
         self.state["elapsed"] = time.perf_counter() - self.started
-        self.run_dir.log({"step": self.state["step"], **metrics})
+        self.log({"step": self.state["step"], **metrics})
         if self.due(cfg.train.save_every):
             start = time.perf_counter()
             self.save()
@@ -792,7 +806,7 @@ class Trainer:
 
     def finish(self) -> dict:
         final_eval = self.evaluate()
-        self.run_dir.log({"step": self.state["step"], **final_eval})
+        self.log({"step": self.state["step"], **final_eval})
         self.state["final_eval"] = final_eval  # marks the checkpoint as that of a finished run
         self.state["elapsed"] = time.perf_counter() - self.started
         self.save()
