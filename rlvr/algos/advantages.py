@@ -488,6 +488,7 @@ gae.requires = ("values",)
 gae.critic_targets = gae_targets  # the trainer fits the critic to these (default: A + V)
 running_mean.requires = ("reward_mean",)
 counterfactual.requires = ("baseline_rewards",)
+counterfactual.critic_only = True  # its baseline exists only for a debate's critic
 remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")

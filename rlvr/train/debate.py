@@ -71,10 +71,11 @@ def check_debate(cfg: Config, generator: Config, critic: Config) -> None:
         f"debate.shown <= rollout.group_size ({cfg.rollout.group_size})": (
             d.shown <= cfg.rollout.group_size
         ),
-        "an algo.advantage other than 'counterfactual' for the generator": (
-            generator.algo.advantage != "counterfactual"
-        ),
     }
+    generator_advantage = build_components(generator).advantage
+    fixes["a generator whose advantage needs no critic's baseline"] = not getattr(
+        generator_advantage, "critic_only", False
+    )
     c = critic
     fixes.update(
         {  # the critic samples through the debate, not Trainer.rollout, which runs these

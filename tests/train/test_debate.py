@@ -44,7 +44,10 @@ def test_role_configs_refuse_what_the_roles_must_share(tmp_path, critic, message
     [
         (["model.lora.r=0"], "model.lora.r > 0"),
         (["debate.shown=9"], "debate.shown <= rollout.group_size"),
-        (["algo.advantage=counterfactual"], "other than 'counterfactual' for the generator"),
+        (
+            ["algo.advantage=counterfactual"],
+            "a generator whose advantage needs no critic's baseline",
+        ),
         (["task.name=guess_number"], "multi-turn"),
         (["task.name=countdown"], "debate.show = 'replies'"),
         (['debate.critic={"algo.dynamic_sampling": true}'], "critic without algo.dynamic_sampling"),
