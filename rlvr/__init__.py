@@ -1,6 +1,6 @@
 """rlvr: post-train language models with reinforcement learning from verifiable rewards."""
 
-__all__ = ["Run", "evaluate", "load_run", "run"]
+__all__ = ["Run", "analyze", "evaluate", "load_run", "run"]
 __version__ = "0.1.0"
 
 

@@ -56,17 +56,23 @@ def run_of(path: Path):
     return None
 
 
-def evaluate(
-    model: str | Path,
-    *overrides: str,
-    task: str | None = None,
-    config: str | Path | None = None,
-) -> dict[str, float]:
-    """Held-out greedy accuracy and pass@k, as `rlvr eval` prints them. A run directory (or its
-    final/) brings its own config and its final eval's seeds, so the numbers are those of its
-    summary.json; any other model directory or hub id needs `task`."""
+@dataclass
+class Loaded:
+    """A model set up to sample a task's problems as a run would."""
+
+    cfg: Config
+    components: Any
+    model: Any
+    tokenizer: Any
+    runner: Any
+    step: int  # a run's last step (its final eval's seeds), else 0
+
+
+def load_for_eval(
+    model: str | Path, overrides: tuple[str, ...], task: str | None, config: str | Path | None
+) -> Loaded:
+    """`model` with its run's config (a run directory or its final/) or with `task`'s."""
     from rlvr.models.loading import load_model, resolve_device
-    from rlvr.train.evaluate import evaluate as evaluate_runner
     from rlvr.train.prompt_fit import fit_prompts
     from rlvr.train.setup import build_components, build_engine, make_runner
 
@@ -92,8 +98,41 @@ def evaluate(
     loaded = loaded.to(resolve_device(cfg.model.device))
     engine = build_engine(cfg, loaded, tokenizer, model_path)  # rollout.engine=vllm works too
     runner_ = make_runner(cfg, loaded, tokenizer, components, engine=engine)
-    problems = components.task.eval_problems()
-    return evaluate_runner(runner_, problems, cfg.train.eval_k, cfg.train.seed, step)
+    return Loaded(cfg, components, loaded, tokenizer, runner_, step)
+
+
+def evaluate(
+    model: str | Path,
+    *overrides: str,
+    task: str | None = None,
+    config: str | Path | None = None,
+) -> dict[str, float]:
+    """Held-out greedy accuracy and pass@k, as `rlvr eval` prints them. A run directory (or its
+    final/) brings its own config and its final eval's seeds, so the numbers are those of its
+    summary.json; any other model directory or hub id needs `task`."""
+    from rlvr.train.evaluate import evaluate as evaluate_runner
+
+    m = load_for_eval(model, overrides, task, config)
+    problems = m.components.task.eval_problems()
+    return evaluate_runner(m.runner, problems, m.cfg.train.eval_k, m.cfg.train.seed, m.step)
+
+
+def analyze(
+    model: str | Path,
+    *overrides: str,
+    task: str | None = None,
+    config: str | Path | None = None,
+    k: int = 64,
+    problems: int = 50,
+) -> dict:
+    """What RL changed in a model, as `rlvr analyze` prints it (rlvr/analysis/analyze.py):
+    pass@1..k from k samples of each of the first `problems` held-out problems, answer
+    diversity, reply entropy, and the log-probability of the task's reference replies."""
+    from rlvr.analysis.analyze import analyze_samples
+
+    m = load_for_eval(model, overrides, task, config)
+    chosen = m.components.task.eval_problems()[:problems]
+    return analyze_samples(m.model, m.tokenizer, m.runner, m.components.task, chosen, k, m.cfg)
 
 
 @dataclass

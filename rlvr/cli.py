@@ -85,6 +85,33 @@ def cmd_eval(args) -> None:
     print(json.dumps(metrics, indent=2))
 
 
+def cmd_analyze(args) -> None:
+    from rlvr.api import analyze
+
+    models = [t for t in args.targets if "=" not in t]
+    overrides = [t for t in args.targets if "=" in t] + args.overrides  # those after options
+    results = {
+        m: analyze(m, *overrides, task=args.task, config=args.config, k=args.k,
+                   problems=args.problems)
+        for m in models
+    }  # fmt: skip
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, found in results.items():
+            curve = {int(k[5:]): v for k, v in found.items() if k.startswith("pass@")}
+            ax.plot(list(curve), list(curve.values()), marker="o", label=name)
+        ax.set(xscale="log", xlabel="k", ylabel="pass@k", ylim=(0, 1.02))
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+    print(json.dumps(results, indent=2))
+
+
 def cmd_report(args) -> None:
     from rlvr.analysis.page import run_page
 
@@ -247,6 +274,21 @@ def parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
     ls.set_defaults(func=cmd_list, light=True)
+
+    an = sub.add_parser(
+        "analyze",
+        help="pass@k up to large k, diversity, entropy and reference-reply probability of models",
+    )
+    an.add_argument(
+        "targets", nargs="+", help="models (run directories, or model directories with --task), "
+        "then section.key=value overrides",
+    )  # fmt: skip
+    an.add_argument("--task", help="task name (a run directory brings its own)")
+    an.add_argument("--config", help="TOML/YAML config file for task and sampling settings")
+    an.add_argument("--k", type=int, default=64, help="samples per problem (default 64)")
+    an.add_argument("--problems", type=int, default=50, help="held-out problems (default 50)")
+    an.add_argument("--plot", help="also write the pass@k curves to this PNG")
+    an.set_defaults(func=cmd_analyze, overrides=[])
 
     rep = sub.add_parser(
         "report", help="a run's page: curves, evals, config and samples, one HTML file"
