@@ -19,12 +19,22 @@ def blocks(page: Path, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), re.S | re.M)
 
 
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to '-'."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_local_links_resolve(page):
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
-            continue  # a web address, or an anchor on this page
-        assert (page.parent / target.split("#")[0]).exists(), f"{page.name}: {target}"
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address
+        path, _, anchor = target.partition("#")
+        linked = page.parent / path if path else page
+        assert linked.exists(), f"{page.name}: {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked), f"{page.name}: no heading for {target}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
