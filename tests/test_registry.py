@@ -16,7 +16,11 @@ def undocumented():
     pass
 
 
-REGISTRY = {"alpha": documented, "beta": undocumented, "gamma": "  A plain string entry.\nsecond"}
+REGISTRY = {
+    "alpha": documented,
+    "beta": undocumented,
+    "gamma": "  A plain string entry\n  on two lines.\n\nA second paragraph.",
+}
 
 
 def test_lookup_by_name():
@@ -56,7 +60,7 @@ def test_describe_first_doc_lines_sorted():
     assert describe(REGISTRY) == [
         ("alpha", "First line."),
         ("beta", ""),
-        ("gamma", "A plain string entry."),
+        ("gamma", "A plain string entry on two lines."),  # the first paragraph, joined
     ]
 
 
