@@ -1,6 +1,6 @@
 """What RL changed in a model (`rlvr analyze`): pass@k up to large k (did RL sharpen what the
-base could already sample, or find something new?), answer diversity, reply entropy, and the
-probability of the task's reference replies."""
+base could already sample, or find something new?), answer diversity, reply entropy, layer-wise
+probes of correctness, and the probability of the task's reference replies."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from rlvr.analysis.entropy import reply_entropy
 from rlvr.analysis.passk import pass_at_k
+from rlvr.analysis.probes import layer_probes
 from rlvr.analysis.target_mass import reply_logprobs
 from rlvr.rewards.peer import answer_reader
 from rlvr.types import Problem, Trajectory
@@ -54,6 +55,7 @@ def analyze_samples(model, tokenizer, runner, task, problems: list[Problem], k: 
     out.update(pass_curve(counts, k))
     out.update(diversity(sampled, answer_reader(task.verifier, cfg.task.reward_params)))
     out.update(reply_entropy(model, sampled, tokenizer.pad_token_id, cfg.rollout.temperature))
+    out.update(layer_probes(model, sampled, tokenizer.pad_token_id))
     references = reference_replies(task, problems)
     if references is not None:
         logprobs = reply_logprobs(model, tokenizer, problems, references)

@@ -51,4 +51,8 @@ def test_analyze_a_run_and_a_model_against_their_samples(fast_overrides, tmp_pat
     assert 1 / 8 <= found["diversity/answers"] <= found["diversity/replies"] + 1e-9 <= 1 + 1e-9
     assert found["entropy/token"] > 0 and found["reference/logprob"] < 0
     assert results[str(run / "final")]["correct_counts"] == counts  # same model, same seeds
+    probes = {k: v for k, v in found.items() if k.startswith("probe/")}
+    assert not probes or (
+        "probe/majority" in probes and all(0 <= v <= 1 for v in probes.values())
+    )  # no probes when nearly every sample is wrong, as an untrained model's are
     assert plot.stat().st_size > 0

@@ -1,0 +1,64 @@
+"""Layer-wise linear probes of correctness (seed §8g): how well each layer's hidden state, read
+on a sampled reply, predicts whether the reply is right; where the model "knows" it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlvr.models.probe import last_mean
+from rlvr.types import Batch, Trajectory
+
+ROWS_PER_PASS = 32  # bounds the hidden states of one forward pass
+FOLDS = 5
+
+
+@torch.no_grad()
+def layer_features(model, trajectories: list[Trajectory], pad_id: int) -> list[np.ndarray]:
+    """Per layer (the embeddings, then each decoder layer), [N, H] features of the sampled
+    replies: the mean hidden state over each reply's last tokens."""
+    batch = Batch.from_trajectories(trajectories, pad_id)
+    # position t of loss_mask [B, T-1] marks token t + 1 as the policy's: the reply's positions
+    reply = torch.zeros_like(batch.attention_mask, dtype=torch.bool)
+    reply[:, 1:] = batch.loss_mask.bool()
+    per_layer: list[list[torch.Tensor]] = []
+    model.eval()
+    for start in range(0, len(batch), ROWS_PER_PASS):
+        rows = slice(start, start + ROWS_PER_PASS)
+        out = model(
+            input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows],
+            output_hidden_states=True,
+        )  # fmt: skip
+        for layer, hidden in enumerate(out.hidden_states):
+            if layer == len(per_layer):
+                per_layer.append([])
+            per_layer[layer].append(last_mean(hidden.float(), reply[rows]).cpu())
+    return [torch.cat(parts).numpy() for parts in per_layer]
+
+
+def probe_accuracy(features: np.ndarray, labels: np.ndarray, seed: int = 0) -> float | None:
+    """Cross-validated accuracy (stratified folds) of a logistic-regression probe predicting
+    `labels` from `features` [N, D]; None when a class has fewer samples than folds."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if min(labels.sum(), len(labels) - labels.sum()) < FOLDS:
+        return None
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    folds = StratifiedKFold(FOLDS, shuffle=True, random_state=seed)
+    return float(cross_val_score(probe, features, labels, cv=folds).mean())
+
+
+def layer_probes(model, trajectories: list[Trajectory], pad_id: int) -> dict[str, float]:
+    """`probe/layer_<l>` accuracy per layer, and `probe/majority` (always guessing the more
+    common label), which a layer must beat to know anything; {} when the replies are (nearly)
+    all right or all wrong."""
+    labels = np.array([t.correct for t in trajectories], dtype=int)
+    scores = [probe_accuracy(f, labels) for f in layer_features(model, trajectories, pad_id)]
+    if scores[0] is None:
+        return {}
+    out = {"probe/majority": float(max(labels.mean(), 1 - labels.mean()))}
+    out.update({f"probe/layer_{layer}": score for layer, score in enumerate(scores)})
+    return out
