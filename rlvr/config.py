@@ -750,11 +750,11 @@ class TrainConfig(Section):
     )
     monitors: list[MonitorRule] = Field(
         default_factory=lambda: [
-            MonitorRule(metric="entropy", below=0.01, steps=5, name="entropy_collapse"),
+            MonitorRule(metric="entropy", below=0.03, steps=5, name="entropy_collapse"),
             MonitorRule(metric="grad_norm", above=1000.0, steps=2, name="grad_norm_explodes"),
         ],
         description="Rules over the metrics stream, checked after every step (see MonitorRule "
-        "in docs/config.md): the default warns when the sampled entropy collapses below 0.01 "
+        "in docs/config.md): the default warns when the sampled entropy collapses below 0.03 "
         "for 5 steps and when the gradient norm stays above 1000; [] = none.",
     )
 

@@ -56,3 +56,23 @@ def test_lower_lr_halves_the_rate_and_stop_checkpoints_and_stops(fast_overrides,
     resumed.run()
     assert records(run)[3]["lr"] == pytest.approx(0.0005)
     assert "monitor/halt" not in records(run)[3]
+
+
+def test_the_default_entropy_rule_fires_on_a_collapsed_policy_and_not_on_a_healthy_one(
+    fast_overrides, tmp_path, capsys
+):
+    # sampling at temperature 0.001 is a collapsed policy; a tiny lr keeps it so (at 1/T = 1000
+    # times the logits, an ordinary step would move it)
+    for name, temperature, lr in (("healthy", "1.0", "1e-4"), ("collapsed", "0.001", "1e-8")):
+        cfg = load_config(None, [*fast_overrides, "train.steps=5", f"log.name={name}",
+                                 f"rollout.temperature={temperature}", f"train.lr={lr}"])  # fmt: skip
+        Trainer(cfg).run()
+    healthy, collapsed = (
+        records(tmp_path / "runs" / "healthy"),
+        records(tmp_path / "runs" / "collapsed"),
+    )
+    assert not any(k.startswith("monitor/") for r in healthy.values() for k in r)
+    assert all(r["entropy"] < 0.03 for r in collapsed.values())
+    fired = [s for s, r in collapsed.items() if "monitor/entropy_collapse" in r]
+    assert fired == [5]  # after 5 steps in a row below 0.03, once
+    assert "monitor entropy_collapse: entropy" in capsys.readouterr().err
