@@ -7,17 +7,16 @@ import copy
 import json
 import shutil
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 from sklearn.metrics import cohen_kappa_score
 
 from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
-from rlvr.models.lora import add_adapter, use_adapter
+from rlvr.models.lora import add_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
 from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
 from rlvr.train.display import Display
-from rlvr.train.faults import TrainingInterrupted, stop_at_step_end
+from rlvr.train.group import TrainerGroup
 from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer, policy_path
 from rlvr.types import Trajectory
@@ -175,7 +174,7 @@ def lora_base(cfg: Config) -> tuple | None:
     return policy_path(cfg, build_components(cfg).task), m.dtype, m.device, m.trust_remote_code
 
 
-class Cohort:
+class Cohort(TrainerGroup):
     """The members' Trainers, stepped together; `run()` is the loop."""
 
     def __init__(self, cfg: Config, resume: Path | None = None):
@@ -231,25 +230,6 @@ class Cohort:
             self.members[0].components.task.verifier, cfg.task.reward_params
         )
 
-    def acting(self, index: int):
-        """Within the block member `index`'s adapter is the one that computes and trains (for a
-        member on a shared base; nothing to switch otherwise)."""
-        adapter = self.adapters[index]
-        if adapter is None or not self.members:
-            return nullcontext()
-        return use_adapter(self.members[0].model, adapter)
-
-    def run(self) -> dict:
-        """Train every member to train.steps; the first Ctrl-C stops after the current step with
-        a checkpoint of every member."""
-        try:
-            with stop_at_step_end() as stop_requested:
-                return self.train(stop_requested)
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(f"interrupted mid-step; {self.resume_hint()}") from None
-        finally:
-            self.close()
-
     def train(self, stop_requested) -> dict:
         members, steps = self.members, self.cfg.train.steps
         for index, member in enumerate(members):
@@ -294,21 +274,3 @@ class Cohort:
         summary = {"steps": steps, "reward": self.cfg.cohort.reward, "members": summaries}
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
-
-    def stop(self) -> None:
-        for index, member in enumerate(self.members):
-            with self.acting(index):
-                member.save_if_new()
-        raise TrainingInterrupted(
-            f"stopped after step {self.members[0].state['step']}; {self.resume_hint()}"
-        )
-
-    def resume_hint(self) -> str:
-        return (
-            f"`rlvr train --resume {self.path}` continues every member from the newest step all "
-            "of them saved"
-        )
-
-    def close(self) -> None:
-        for member in self.members:
-            member.close()

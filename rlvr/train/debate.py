@@ -18,7 +18,7 @@ from rlvr.rewards.peer import ANSWER_KEYS, answer_reader
 from rlvr.rollout.critique import critic_problem, shown_text
 from rlvr.train.cohort import common_step
 from rlvr.train.display import Display
-from rlvr.train.faults import TrainingInterrupted, stop_at_step_end
+from rlvr.train.group import TrainerGroup
 from rlvr.train.setup import build_components
 from rlvr.train.trainer import Sampled, Trainer
 from rlvr.types import Problem, Trajectory
@@ -127,8 +127,8 @@ def correction_metrics(
     }
 
 
-class Debate:
-    """The two roles' Trainers on one model; `run()` is the loop."""
+class Debate(TrainerGroup):
+    """The two roles' Trainers on one model (members [generator, critic]); `run()` is the loop."""
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg
@@ -170,6 +170,7 @@ class Debate:
         except BaseException:
             self.generator.close()
             raise
+        self.members, self.adapters = [self.generator, self.critic], [GENERATOR, CRITIC]
         self.answer = answer_reader(self.generator.components.task.verifier, cfg.task.reward_params)
 
     def shown_text(self, trajectory: Trajectory) -> str:
@@ -243,17 +244,6 @@ class Debate:
         with self.log_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
-    def run(self) -> dict:
-        """Train both roles to train.steps; the first Ctrl-C stops after the current step with a
-        checkpoint of each."""
-        try:
-            with stop_at_step_end() as stop_requested:
-                return self.train(stop_requested)
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(f"interrupted mid-step; {self.resume_hint()}") from None
-        finally:
-            self.close()
-
     def train(self, stop_requested) -> dict:
         generator, critic, steps = self.generator, self.critic, self.cfg.train.steps
         roles = ((generator, GENERATOR), (critic, CRITIC))
@@ -303,22 +293,3 @@ class Debate:
         summary = {"steps": steps, "base": base, "final": final, "roles": summaries}
         (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
-
-    def stop(self) -> None:
-        for trainer, adapter in ((self.generator, GENERATOR), (self.critic, CRITIC)):
-            with use_adapter(self.model, adapter):
-                trainer.save_if_new()
-        raise TrainingInterrupted(
-            f"stopped after step {self.generator.state['step']}; {self.resume_hint()}"
-        )
-
-    def resume_hint(self) -> str:
-        return (
-            f"`rlvr train --resume {self.path}` continues both roles from the newest step both "
-            "saved"
-        )
-
-    def close(self) -> None:
-        self.generator.close()
-        if hasattr(self, "critic"):
-            self.critic.close()
