@@ -13,7 +13,7 @@ from rlvr.config import Config, ConfigError
 
 
 def numeric(metrics: dict) -> dict[str, float]:
-    """The metrics a tracker can plot: numbers, not flags or text."""
+    """The metrics a tracker can plot: numbers (a flag as 0 or 1), not text or the step."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
 
 
