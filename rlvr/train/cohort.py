@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import time
 from pathlib import Path
 
 from sklearn.metrics import cohen_kappa_score
 
-from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
+from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
-from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.setup import build_components
@@ -158,13 +156,6 @@ def rescore(
     return metrics
 
 
-def common_step(checkpoint_dirs: list[Path]) -> int | None:
-    """The newest step every member checkpointed (a kill between two members' saves leaves one a
-    save ahead), or None."""
-    saved = [set(map(checkpoint_step, complete_checkpoints(d))) for d in checkpoint_dirs]
-    return max(set.intersection(*saved), default=None)
-
-
 def lora_base(cfg: Config) -> tuple | None:
     """Where a LoRA member's frozen base comes from (members with the same one share it, each
     training its own adapter); None for a member that trains all its weights."""
@@ -179,27 +170,11 @@ class Cohort(TrainerGroup):
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = cfg.log.name or f"cohort-{cfg.task.name.replace(':', '_')}-{stamp}"
-        self.path = resume or Path(cfg.log.run_dir) / name
+        self.name_dir(cfg, "cohort", resume)
         configs = member_configs(cfg, self.path)
         check_cohort(cfg)
+        step = self.open_dir(cfg, "cohort", resume, [f"member-{i}" for i in range(len(configs))])
         self.display = Display(cfg.log.quiet)
-        step = None
-        if resume:
-            dirs = [self.path / f"member-{i}" / "checkpoints" for i in range(len(configs))]
-            step = common_step(dirs)
-            if step is None:  # no step all members saved: start every one over
-                for directory in dirs:
-                    shutil.rmtree(directory, ignore_errors=True)
-        if not resume:
-            if self.path.exists() and any(self.path.iterdir()):
-                raise ConfigError(
-                    f"cohort directory {self.path} is not empty; fix: `rlvr train --resume "
-                    f"{self.path}` to continue it, or set log.name to a new name"
-                )
-            self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "config.yaml").write_text(dump_config(cfg))
         self.members: list[Trainer] = []
         # each member's LoRA adapter on member 0's model, or None where it holds its own model
         self.adapters: list[str | None] = []

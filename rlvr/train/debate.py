@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from rlvr.config import Config, ConfigError, build_config, dump_config, set_dotted
+from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter, is_lora, use_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, answer_reader
 from rlvr.rollout.critique import critic_problem, shown_text
-from rlvr.train.cohort import common_step
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.setup import build_components
@@ -132,27 +130,12 @@ class Debate(TrainerGroup):
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = cfg.log.name or f"debate-{cfg.task.name.replace(':', '_')}-{stamp}"
-        self.path = resume or Path(cfg.log.run_dir) / name
+        self.name_dir(cfg, "debate", resume)
         generator_cfg, critic_cfg = role_configs(cfg, self.path)
         check_debate(cfg, generator_cfg, critic_cfg)
         self.display = Display(cfg.log.quiet)
         dirs = {role: self.path / role for role in ("generator", "critic")}
-        step = None
-        if resume:
-            step = common_step([d / "checkpoints" for d in dirs.values()])
-            if step is None:
-                for directory in dirs.values():
-                    shutil.rmtree(directory / "checkpoints", ignore_errors=True)
-        else:
-            if self.path.exists() and any(self.path.iterdir()):
-                raise ConfigError(
-                    f"debate directory {self.path} is not empty; fix: `rlvr train --resume "
-                    f"{self.path}` to continue it, or set log.name to a new name"
-                )
-            self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "config.yaml").write_text(dump_config(cfg))
+        step = self.open_dir(cfg, "debate", resume, list(dirs))
         self.log_path = self.path / "debate.jsonl"
         self.generator = Trainer(
             generator_cfg, resume=dirs["generator"] if resume else None, resume_step=step

@@ -2,7 +2,6 @@
 does not; features are read at the reply's own tokens."""
 
 import numpy as np
-import torch
 
 from rlvr.analysis.probes import layer_features, probe_accuracy
 from rlvr.types import Problem, Trajectory
@@ -34,4 +33,3 @@ def test_features_are_one_per_layer_and_read_the_reply(tiny_model, tokenizer):
     assert np.allclose(features[0][0], expected, atol=1e-6)
     other = layer_features(tiny_model, [sample([30, 31])], tokenizer.pad_token_id)
     assert not np.allclose(other[0][0], features[0][0])
-    assert torch.is_tensor(torch.as_tensor(features[-1]))

@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.train.checkpoint import COMPLETE
-from rlvr.train.cohort import Cohort, check_cohort, common_step, member_configs, rescore
+from rlvr.train.cohort import Cohort, check_cohort, member_configs, rescore
 from rlvr.types import Problem, Trajectory
 
 MEMBERS = 'cohort.members=[{}, {"train.seed": 1, "model.pretrain_flawed_share": 0.6}]'
@@ -102,18 +102,6 @@ def test_rescore_refuses_members_on_different_problems():
     b[0].problem = Problem(id="other", prompt="q", answer="a")
     with pytest.raises(RuntimeError, match="different problems"):
         rescore([a, b], [["x"] * 6] * 2, "peer")
-
-
-def test_common_step_is_the_newest_every_member_saved(tmp_path):
-    def saved(member, steps):
-        for step in steps:
-            (tmp_path / member / f"step-{step:06d}").mkdir(parents=True)
-            (tmp_path / member / f"step-{step:06d}" / COMPLETE).touch()
-        return tmp_path / member
-
-    dirs = [saved("a", [2, 4]), saved("b", [2]), saved("c", [2, 4])]
-    assert common_step(dirs) == 2
-    assert common_step([saved("d", [4]), saved("e", [2])]) is None
 
 
 def test_cohort_run_rewards_agreement_and_resumes(tmp_path):
