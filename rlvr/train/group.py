@@ -67,9 +67,6 @@ class TrainerGroup:
             return nullcontext()
         return use_adapter(self.members[0].model, adapter)
 
-    def train(self, stop_requested) -> dict:
-        raise NotImplementedError
-
     def run(self) -> dict:
         """Train every member to train.steps; the first Ctrl-C stops after the current step with
         a checkpoint of every member."""
