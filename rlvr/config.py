@@ -129,6 +129,12 @@ class TaskConfig(BaseModel):
         "arithmetic", description="Task name from `rlvr list tasks`, or `module:Class`."
     )
     eval_size: int = Field(200, gt=0, description="Number of held-out problems used for eval.")
+    paraphrase: bool = Field(
+        False,
+        description="Show every prompt reworded by its task (same problems, same answers): "
+        "arithmetic and target_string reword their own, jsonl reads task.paraphrase_field. "
+        "Co-RL's diversity knob, the one task key a cohort member may set.",
+    )
     rewards: dict[str, float] = Field(
         default_factory=dict,
         description="Reward components and weights, e.g. {numeric = 1.0, format = 0.1}. "
@@ -570,6 +576,20 @@ class AlgoConfig(Section):
     teacher_coef: float = Field(
         1.0, gt=0, description="Direct-OPD: weight of the per-token implicit reward."
     )
+    teacher_top_k: int = Field(
+        0,
+        ge=0,
+        description="Direct-OPD's Rao-Blackwellised estimator: at every reply position, the "
+        "implicit reward's expectation over the policy's k most likely tokens, a loss term "
+        "whose gradient is exact over them, instead of the one sampled token's reward (which "
+        "then joins no reward); 0 = the sampled token's.",
+    )
+    teacher_kl_coefs: list[float] = Field(
+        default_factory=list,
+        description="Direct-OPD: the KL coefficient (to the frozen start, with "
+        "algo.kl_estimator) keyed on the sign of the batch's mean implicit reward: [when "
+        "below 0, when 0 or above]; [] = algo.kl_coef throughout.",
+    )
     domain_teachers: dict[str, str] = Field(
         default_factory=dict,
         description="Multi-teacher on-policy distillation: {domain: teacher (directory or hub "
@@ -978,6 +998,20 @@ class Config(Section):
             raise ValueError(
                 "algo.domain_teachers distils each domain from its own teacher, and algo.teacher "
                 "names one for every sample; fix: keep one of them"
+            )
+        if (a.teacher_top_k or a.teacher_kl_coefs) and not a.teacher:
+            raise ValueError(
+                "algo.teacher_top_k and algo.teacher_kl_coefs shape algo.teacher's implicit "
+                "reward, but algo.teacher is not set; fix: set it (domain_teachers take neither), "
+                "or drop them"
+            )
+        if a.teacher_kl_coefs and (
+            len(a.teacher_kl_coefs) != 2 or min(a.teacher_kl_coefs) < 0 or a.kl_target
+        ):
+            raise ValueError(
+                f"algo.teacher_kl_coefs = {a.teacher_kl_coefs}: it takes two coefficients, [when "
+                "the batch's implicit reward is below 0, when at or above], each >= 0, and no "
+                "algo.kl_target; fix: e.g. algo.teacher_kl_coefs=[0.0, 0.1]"
             )
         if a.teacher_ref and not a.teacher:
             raise ValueError(

@@ -6,7 +6,8 @@ in proportions set by model.pretrain_flawed_share. The paper's two-agent analysi
 convergence to the right answer when p_A + p_B > 1 and to the wrong one when it is below 1,
 with TTRL's self-majority moving each member along sign(p - 1/2) alone. Arms, same budget:
 `peer_above` (p ~0.87 and ~0.27), `self_above` (TTRL on the same pair), `label_above` (the
-verifier, for scale), `peer_below` (p ~0.26 and ~0.27).
+verifier, for scale), `peer_below` (p ~0.26 and ~0.27), `peer_above_paraphrased` (`peer_above`
+with the second member reading every prompt reworded, `task.paraphrase`).
 
 Prints one JSON object: per arm and member, the base and final held-out pass@1 and greedy
 accuracy, the last step's agreement and pseudo-label accuracy, wall seconds; with the CPU, date
@@ -35,13 +36,19 @@ ARMS = {
     "self_above": ("self", STRONG, WEAK),
     "label_above": ("label", STRONG, WEAK),
     "peer_below": ("peer", WEAK, WEAK),
+    # the paper's diversity knob: the second member reads every prompt reworded
+    "peer_above_paraphrased": ("peer", STRONG, WEAK, True),
 }
 
 
-def run_arm(reward: str, first: float, second: float, steps: int, run_dir: str, name: str):
+def run_arm(
+    reward: str, first: float, second: float, paraphrase: bool = False, *,
+    steps: int, run_dir: str, name: str,
+):  # fmt: skip
+    reworded = ', "task.paraphrase": true' if paraphrase else ""
     members = (
         f'cohort.members=[{{"model.pretrain_flawed_share": {first}}}, '
-        f'{{"train.seed": 1, "model.pretrain_flawed_share": {second}}}]'
+        f'{{"train.seed": 1, "model.pretrain_flawed_share": {second}{reworded}}}]'
     )
     overrides = [
         members, f"cohort.reward={reward}", f"train.steps={steps}", f"log.run_dir={run_dir}",
@@ -70,7 +77,10 @@ def main() -> None:
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
-        arms = {arm: run_arm(*ARMS[arm], args.steps, run_dir, arm) for arm in args.arms}
+        arms = {
+            arm: run_arm(*ARMS[arm], steps=args.steps, run_dir=run_dir, name=arm)
+            for arm in args.arms
+        }
     report("co_rl", RECIPE, arms, steps=args.steps)
 
 

@@ -8,9 +8,11 @@ arms, same budget: `direct_opd` (teacher minus teacher_ref; the verifier's weigh
 reward reaches the update but the implicit one), `distill` (on-policy distillation: teacher
 minus the student's own logprobs, also without the verifier), each credited as GRPO credits a
 reply's summed reward or `_per_token` (each token's own implicit reward: reinforce_pp at gamma
-0), both also `_kl` (a KL penalty to the student's start, coefficient 0.1), and `grpo` (the
-verifier's reward, for scale). The verifier still scores every run's
-accuracy.
+0), both also `_kl` (a KL penalty to the student's start, coefficient 0.1); `_top_k` (the
+Rao-Blackwellised estimator: each position's implicit reward in expectation over the student's 8
+likeliest tokens, a loss term), with `_sign_kl_pos` / `_sign_kl_neg` (KL 0.1 to the start only
+on steps whose batch implicit reward is at or above 0 / below 0); and `grpo` (the verifier's
+reward, for scale). The verifier still scores every run's accuracy.
 
 Prints one JSON object: the teacher's and the student's starting accuracy, per arm held-out greedy
 accuracy along the run, the mean per-sequence implicit reward, wall seconds; with the CPU, date
@@ -37,6 +39,9 @@ NO_VERIFIER = "task.rewards={numeric: 0.0}"  # scored (accuracy, eval) but worth
 # instead of GRPO's group-normalised sum over the reply.
 PER_TOKEN = ["algo.advantage=reinforce_pp", "algo.gamma=0.0"]
 KL = "algo.kl_coef=0.1"  # k3 to the student's own start, in the loss
+TOP_K = "algo.teacher_top_k=8"
+# the KL coefficient keyed on the sign of the batch's implicit reward: [below 0, at or above 0]
+SIGN_KL_POS, SIGN_KL_NEG = "algo.teacher_kl_coefs=[0.0, 0.1]", "algo.teacher_kl_coefs=[0.1, 0.0]"
 
 
 def warm_start_of(seed: int) -> str:
@@ -66,8 +71,13 @@ def main() -> None:
             "direct_opd_per_token": [*shift, *PER_TOKEN],
             "direct_opd_kl": [*shift, KL],
             "direct_opd_per_token_kl": [*shift, *PER_TOKEN, KL],
+            "direct_opd_top_k": [*shift, TOP_K],
+            "direct_opd_top_k_sign_kl_pos": [*shift, TOP_K, SIGN_KL_POS],
+            "direct_opd_top_k_sign_kl_neg": [*shift, TOP_K, SIGN_KL_NEG],
+            "direct_opd_sign_kl_neg": [*shift, *PER_TOKEN, SIGN_KL_NEG],
             "distill": distill,
             "distill_per_token": [*distill, *PER_TOKEN],
+            "distill_top_k": [*distill, TOP_K],
             "grpo": [],
         }
         results = {}
@@ -85,6 +95,7 @@ def main() -> None:
                 "mean_train_reward": arm.mean("reward"),
                 "mean_train_accuracy": arm.mean("accuracy"),
                 "mean_sequence_implicit_reward": arm.mean("teacher/sequence_reward"),
+                "mean_kl_coef": arm.mean("kl_coef"),
                 "wall_seconds": arm.wall_seconds,
             }
     report(

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks.base import GeneratedTask
+from rlvr.tasks.base import GeneratedTask, seeded_rng
 from rlvr.types import Problem
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
+# task.paraphrase: the same sum in words, one wording per problem
+REWORDINGS = {
+    "add": ("What is {a} plus {b}?", "Add {a} and {b}."),
+    "sub": ("What is {a} minus {b}?", "Subtract {b} from {a}."),
+    "mul": ("What is {a} times {b}?", "Multiply {a} by {b}."),
+}
 
 
 class ArithmeticParams(BaseModel):
@@ -148,6 +155,11 @@ class ArithmeticTask(GeneratedTask):
             domain="arithmetic",
             metadata={"op": op, "a": a, "b": b},
         )
+
+    def paraphrase(self, problem: Problem) -> Problem:
+        meta = problem.metadata
+        wording = seeded_rng("paraphrase", problem.id).choice(REWORDINGS[meta["op"]])
+        return replace(problem, prompt=wording.format(a=meta["a"], b=meta["b"]))
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         meta = problem.metadata

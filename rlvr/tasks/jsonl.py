@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ class JsonlParams(BaseModel):
     )
     solution_field: str | None = Field(
         None, description="Field holding a worked solution, used as the demonstration."
+    )
+    paraphrase_field: str | None = Field(
+        None,
+        description="Field holding the prompt reworded (a string or chat messages), which "
+        "task.paraphrase shows instead of the prompt.",
     )
     metadata_fields: list[str] = Field(
         default_factory=list,
@@ -97,6 +103,14 @@ def _row_problem(row: Any, where: str, file: Path, number: int, params: JsonlPar
     if params.solution_field:
         solution = _field(row, params.solution_field, where, "solution_field", "a worked solution")
         metadata["solution"] = str(solution)
+    if params.paraphrase_field:
+        reworded = _field(row, params.paraphrase_field, where, "paraphrase_field", "a paraphrase")
+        if not (isinstance(reworded, str) or _is_messages(reworded)):
+            raise ValueError(
+                f"{where}: field '{params.paraphrase_field}' must be a string or chat messages "
+                '[{"role": ..., "content": ...}], like the prompt'
+            )
+        metadata["paraphrase"] = reworded
     row_id = f"{file.stem}-{number}"
     if params.id_field:
         row_id = str(_field(row, params.id_field, where, "id_field", "the row id"))
@@ -161,7 +175,7 @@ class JsonlTask:
     Params = JsonlParams
 
     def __init__(self, params: JsonlParams, seed: int, eval_size: int):
-        self.seed, self.path = seed, params.path
+        self.seed, self.path, self.paraphrase_field = seed, params.path, params.paraphrase_field
         self.verifier = params.verifier
         self._digest = hashlib.sha256()
         rows = read_rows(params.path, params, self._digest)
@@ -210,6 +224,14 @@ class JsonlTask:
 
     def eval_problems(self) -> list[Problem]:
         return [problem for _, problem in self._eval_rows]
+
+    def paraphrase(self, problem: Problem) -> Problem:
+        if "paraphrase" not in problem.metadata:
+            raise ValueError(
+                f"{self.path}: task.paraphrase shows each row's reworded prompt, but "
+                "task.paraphrase_field is not set; fix: name the column that holds them"
+            )
+        return replace(problem, prompt=problem.metadata["paraphrase"])
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         # A file holds no systematic mistake to imitate, so flawed demonstrations are correct ones.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import string
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +15,8 @@ from rlvr.tasks.base import EpochOrder, GeneratedTask, seeded_rng
 from rlvr.types import Problem
 
 LETTERS = string.ascii_lowercase
+# task.paraphrase: the prompt in other words, one wording per problem
+REWORDINGS = ("Tell me the word [{cue}]", "{cue}: which word?")
 CUE_LETTERS = 4  # 26**4 distinct prompts: a broad distribution unless train_prompts narrows it
 
 
@@ -112,6 +115,11 @@ class TargetStringTask(GeneratedTask):
             domain="target_string",
             metadata=metadata,
         )
+
+    def paraphrase(self, problem: Problem) -> Problem:
+        cue = problem.metadata["cue"]
+        wording = seeded_rng("paraphrase", problem.id).choice(REWORDINGS)
+        return replace(problem, prompt=wording.format(cue=cue))
 
     def draw(self, rng: random.Random) -> Problem:
         return self._problem("".join(rng.choice(LETTERS) for _ in range(CUE_LETTERS)), rng)

@@ -13,6 +13,7 @@ from sklearn.metrics import cohen_kappa_score
 from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
+from rlvr.tasks.paraphrase import Paraphrased
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.setup import build_components
@@ -40,7 +41,7 @@ def member_configs(cfg: Config, cohort_dir: Path) -> list[Config]:
                     f"cohort.members[{index}]: '{key}' is not a dotted key; fix: write "
                     f'section.key, e.g. {{"train.seed" = {index}}}'
                 )
-            if key.startswith(SHARED_KEYS):
+            if key.startswith(SHARED_KEYS) and key != "task.paraphrase":
                 raise ConfigError(
                     f"cohort.members[{index}]: '{key}' must be the same for every member (they "
                     "answer the same problems in lockstep, and save and evaluate together); fix: "
@@ -198,8 +199,14 @@ class Cohort(TrainerGroup):
         except BaseException:
             self.close()
             raise
-        for member in self.members[1:]:
-            member.use_task(self.members[0].components.task)
+        # one task draws every member's problems; a member with task.paraphrase reads them reworded
+        task = self.members[0].components.task
+        if isinstance(task, Paraphrased):
+            task = task.task
+        for member, member_cfg in zip(self.members, configs):
+            member.use_task(
+                Paraphrased(task, cfg.task.name) if member_cfg.task.paraphrase else task
+            )
         # under cohort.reward 'label' any verifier goes; its answers are then only counted
         self.answer = answer_reader(
             self.members[0].components.task.verifier, cfg.task.reward_params

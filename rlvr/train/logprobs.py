@@ -4,6 +4,7 @@ computed in chunks so that no full-vocabulary float32 copy of the logits is ever
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
@@ -95,6 +96,26 @@ class ChosenLogprobs(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+@dataclass
+class Gather:
+    """Logprobs of more tokens than the sampled one at every position: of `ids` [B, T-1, k]
+    when given, else of the model's own `k` most likely tokens (whose ids are then filled in).
+    token_logprobs fills `logprobs` [B, T-1, k], with grad when the pass has one."""
+
+    ids: torch.Tensor | None = None
+    k: int = 0
+    logprobs: torch.Tensor | None = None
+
+    def fill(self, logits: torch.Tensor, targets: torch.Tensor, chosen: torch.Tensor, scale: float):
+        # log p(v) = x_v / t - logsumexp = x_v / t - x_a / t + log p(a): the normaliser and its
+        # gradient come from `chosen` (chunked), so no full-vocabulary copy is made here
+        if self.ids is None:
+            self.ids = logits.topk(self.k, dim=-1).indices
+        ids = self.ids.to(logits.device)
+        shift = (logits.gather(-1, ids) - logits.gather(-1, targets[..., None])).to(chosen.dtype)
+        self.logprobs = shift / scale + chosen[..., None]
+
+
 def scaled(logits: torch.Tensor, dtype: torch.dtype, temperature: float) -> torch.Tensor:
     """A fresh copy of a chunk of logits in `dtype`, divided by the temperature."""
     x = logits.to(dtype, copy=True)
@@ -112,21 +133,28 @@ def token_logprobs(
     entropy_grad: bool = False,
     sum_pi_squared: torch.Tensor | None = None,
     prompts: Prompts | None = None,
+    gather: Gather | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs [B, T-1] of tokens 1..T-1 under the model (logits scaled like the sampler's),
     and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus); a
-    given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position.
-    With `prompts` (of these rows), each shared prompt runs once and its columns hold 0."""
+    given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position,
+    and a given `gather` the logprobs of its tokens. With `prompts` (of these rows; not with
+    `gather`), each shared prompt runs once and its columns hold 0."""
     scale = temperature if temperature > 0 else 1.0
     device = model.device
     if prompts is None:
         logits = model(
             input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)
         ).logits
+        targets = input_ids[:, 1:].to(device)
         chosen, entropy = ChosenLogprobs.apply(
-            logits[:, :-1], input_ids[:, 1:].to(device), scale, with_entropy, sum_pi_squared
+            logits[:, :-1], targets, scale, with_entropy, sum_pi_squared
         )
+        if gather is not None:
+            gather.fill(logits[:, :-1], targets, chosen, scale)
     else:
+        if gather is not None:  # the packed layout has no [B, T-1] positions to gather at
+            raise ValueError("token_logprobs: gather needs prompts=None")
         logits, targets, start, count = shared_logits(model, input_ids, attention_mask, prompts)
         squares = None
         if sum_pi_squared is not None:

@@ -31,6 +31,7 @@ from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
 from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
+from rlvr.tasks.paraphrase import Paraphrased
 from rlvr.train.update import LocalUpdate
 from rlvr.types import Problem, Score
 
@@ -94,7 +95,8 @@ def build_task(cfg: Config) -> Task:
         task_cls.Params, cfg.task.params, "task", extra_known=type(cfg.task).model_fields
     )
     try:
-        return task_cls(params, seed=cfg.train.seed, eval_size=cfg.task.eval_size)
+        task = task_cls(params, seed=cfg.train.seed, eval_size=cfg.task.eval_size)
+        return Paraphrased(task, cfg.task.name) if cfg.task.paraphrase else task
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"task '{cfg.task.name}': {e}") from None
 
@@ -210,7 +212,7 @@ def build_components(cfg: Config) -> Components:
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
     kl = (
         lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator")
-        if cfg.algo.kl_coef > 0
+        if cfg.algo.kl_coef > 0 or any(cfg.algo.teacher_kl_coefs)
         else None
     )
     return Components(task, reward, verifier, advantage, loss, kl, requires, minimum)

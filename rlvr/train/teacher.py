@@ -5,11 +5,19 @@ with no verifier; without a teacher_ref, on-policy distillation from the teacher
 from __future__ import annotations
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.config import AlgoConfig, ConfigError
+from rlvr.distributed.data_parallel import by_length
 from rlvr.models.loading import load_frozen
-from rlvr.train.update import batch_logprobs
+from rlvr.train.logprobs import Gather
+from rlvr.train.update import (
+    TeacherTopK,
+    batch_logprobs,
+    expected_implicit_reward,
+    micro_logprobs,
+    trim,
+)
 from rlvr.types import Batch
 
 
@@ -18,6 +26,29 @@ def implicit_rewards(
 ) -> torch.Tensor:
     """[B, T-1] log pi_teacher(a_t) - log pi_baseline(a_t) on the policy's tokens, 0 elsewhere."""
     return (teacher - baseline) * loss_mask
+
+
+@torch.no_grad()
+def gathered_logprobs(
+    model: PreTrainedModel,
+    batch: Batch,
+    gather_ids: torch.Tensor | int,
+    micro: int,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids and logprobs [B, T-1, k] under `model`: of the given ids, or of its own k most likely
+    tokens at every position when `gather_ids` is k; 0 at padding."""
+    k = gather_ids if isinstance(gather_ids, int) else gather_ids.shape[-1]
+    ids = torch.zeros((*batch.loss_mask.shape, k), dtype=torch.long)
+    out = torch.zeros((*batch.loss_mask.shape, k))
+    everything = torch.arange(len(batch))
+    for rows in by_length(everything, batch.attention_mask.sum(-1)).split(micro):
+        width = trim(rows, batch.attention_mask) - 1
+        gather = Gather(k=k) if isinstance(gather_ids, int) else Gather(gather_ids[rows, :width])
+        micro_logprobs(model, batch, rows, temperature, None, gather=gather)
+        ids[rows, :width] = gather.ids.cpu()
+        out[rows, :width] = gather.logprobs.float().cpu()
+    return ids, out
 
 
 class Teacher:
@@ -73,3 +104,18 @@ class Teacher:
             else student_logprobs
         )
         return implicit_rewards(teacher, baseline, batch.loss_mask)
+
+    def top_k(
+        self, student: PreTrainedModel, batch: Batch, k: int, micro: int, temperature: float
+    ) -> tuple[TeacherTopK, torch.Tensor]:
+        """The student's k most likely tokens at every reply position with the teacher's implicit
+        reward of each (algo.teacher_top_k), for the update's exact expectation; and that
+        expectation [B, T-1] under the student as it is now, 0 off the reply."""
+        ids, own = gathered_logprobs(student, batch, k, micro, temperature)
+        _, teacher = gathered_logprobs(self.models["teacher"], batch, ids, micro, temperature)
+        top_k = TeacherTopK(ids, teacher, reverse_kl=True)
+        if "teacher_ref" in self.models:
+            _, ref = gathered_logprobs(self.models["teacher_ref"], batch, ids, micro, temperature)
+            top_k = TeacherTopK(ids, teacher - ref, reverse_kl=False)
+        expected = expected_implicit_reward(own, top_k.rewards, top_k.reverse_kl)
+        return top_k, expected * batch.loss_mask

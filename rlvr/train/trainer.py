@@ -633,20 +633,26 @@ class Trainer:
         if self.critic is not None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
-        token_rewards = batch.token_rewards
+        token_rewards, top_k, kl_coef = batch.token_rewards, None, self.kl_coef.value
         if self.teacher is not None:  # Direct-OPD: each token's implicit reward joins its own
             student = old if old is not None else batch.behaviour_logprobs
             with timed(timings, "time/teacher_logprobs"), precision:
-                implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
-            token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
-            extra["teacher/token_reward"] = float(
-                implicit.sum() / batch.loss_mask.sum().clamp(min=1)
-            )
+                if cfg.algo.teacher_top_k:  # or its expectation over the top k, in the loss
+                    top_k, implicit = self.teacher.top_k(
+                        self.model, batch, cfg.algo.teacher_top_k, micro, temperature
+                    )
+                else:
+                    implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
+                    token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
+            token_reward = float(implicit.sum() / batch.loss_mask.sum().clamp(min=1))
+            extra["teacher/token_reward"] = token_reward
             extra["teacher/sequence_reward"] = float(implicit.sum(-1).mean())
+            if cfg.algo.teacher_kl_coefs:
+                kl_coef = cfg.algo.teacher_kl_coefs[token_reward >= 0]
         if ref is not None and cfg.algo.kl_in_reward:
             policy = old if old is not None else batch.behaviour_logprobs
             kl = self.components.kl(policy, ref, cfg.algo) * batch.loss_mask  # [B, T-1]
-            token_rewards = token_rewards - self.kl_coef.value * kl
+            token_rewards = token_rewards - kl_coef * kl
             extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
             token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
@@ -685,7 +691,10 @@ class Trainer:
             )
             advantages = advantages * weights
             extra.update(tis_metrics)
-        data = UpdateInputs(batch, advantages, old, ref, self.kl_coef.value, values, returns)
+        data = UpdateInputs(
+            batch, advantages, old, ref, kl_coef, values, returns,
+            teacher_top_k=top_k, teacher_coef=cfg.algo.teacher_coef,
+        )  # fmt: skip
         return data, extra
 
     def run(self) -> dict:

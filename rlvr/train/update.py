@@ -21,7 +21,7 @@ from rlvr.config import AlgoConfig, Config
 from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
-from rlvr.train.logprobs import autocast, token_logprobs
+from rlvr.train.logprobs import Gather, autocast, token_logprobs
 from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.types import Batch
 
@@ -116,6 +116,30 @@ def batch_logprobs(
 
 
 @dataclass
+class TeacherTopK:
+    """algo.teacher_top_k: the student's k likeliest tokens at every reply position, ids
+    [B, T-1, k], and each one's implicit reward [B, T-1, k]: the teacher's logprob minus the
+    teacher_ref's, or with `reverse_kl` the teacher's alone (the student's own is subtracted
+    live, in the loss)."""
+
+    ids: torch.Tensor
+    rewards: torch.Tensor
+    reverse_kl: bool
+
+
+def expected_implicit_reward(
+    student: torch.Tensor, rewards: torch.Tensor, reverse_kl: bool
+) -> torch.Tensor:
+    """[B, T-1] sum over each position's k tokens of pi_student(v) * r(v): the Rao-Blackwellised
+    implicit reward, exact over those tokens instead of read at the one sampled. `student`
+    [B, T-1, k] holds the student's logprobs of them; with `reverse_kl` they are subtracted from
+    `rewards` (the teacher's logprobs), which makes it minus the reverse KL over the k tokens."""
+    if reverse_kl:
+        rewards = rewards - student
+    return (student.exp() * rewards).sum(-1)
+
+
+@dataclass
 class UpdateInputs:
     batch: Batch
     advantages: torch.Tensor  # [B, T-1]
@@ -126,6 +150,8 @@ class UpdateInputs:
     returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
     # RGPO: replies to imitate (their loss_mask marks the reply), on the prompts without hints
     imitation: Batch | None = None
+    teacher_top_k: TeacherTopK | None = None
+    teacher_coef: float = 0.0
 
 
 def micro_batch_loss(
@@ -145,11 +171,14 @@ def micro_batch_loss(
     given, receives the rows' logprobs (before this step)."""
     algo, device = cfg.algo, model.device
     bonus = algo.entropy_coef > 0
+    top_k = data.teacher_top_k
+    # the top-k ids' columns end at the rows' width: the batch's full width cut to theirs
+    width = trim(rows, data.batch.attention_mask) - 1
+    gather = None if top_k is None else Gather(top_k.ids[rows, :width])
     logprobs, entropy = micro_logprobs(
         model, data.batch, rows, cfg.rollout.temperature, prompts,
-        with_entropy=True, entropy_grad=bonus,
+        with_entropy=True, entropy_grad=bonus, gather=gather,
     )  # fmt: skip
-    width = logprobs.shape[1]
     if record is not None:
         record[rows, :width] = logprobs.detach().float().cpu()
     old = (
@@ -176,6 +205,13 @@ def micro_batch_loss(
         metrics["kl"] = kl.item()
     if bonus:
         loss = loss - algo.entropy_coef * aggregate(entropy, inputs)
+    if gather is not None:  # the teacher's term, exact over the top-k tokens, with its gradient
+        rewards = top_k.rewards[rows, :width].to(device)
+        expected = aggregate(
+            expected_implicit_reward(gather.logprobs, rewards, top_k.reverse_kl), inputs
+        )
+        loss = loss - data.teacher_coef * expected
+        metrics["teacher/expected_reward"] = expected.item()
     on = inputs.loss_mask.bool()
     metrics["entropy"] = float(torch.where(on, entropy.detach(), 0.0).sum() / max(num_tokens, 1.0))
     metrics["loss"] = loss.item()
@@ -231,8 +267,10 @@ def policy_update(
     single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
     lengths = batch.attention_mask.sum(-1)
-    # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it
-    prompts = batch_prompts(batch, cfg.train.share_prompt and not parallel.sharded)
+    # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it;
+    # the teacher's top-k term reads every position's logits, which a shared prompt packs away
+    share = cfg.train.share_prompt and not parallel.sharded and data.teacher_top_k is None
+    prompts = batch_prompts(batch, share)
     units = None if prompts is None else prompts.unit
     # each optimizer step also imitates its share of RGPO's kept revisions, in a fixed order
     imitate = (

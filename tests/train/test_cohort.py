@@ -111,9 +111,15 @@ def test_cohort_run_rewards_agreement_and_resumes(tmp_path):
         "rollout.batch_size=16", "rollout.group_size=4", "rollout.max_new_tokens=8",
         "train.steps=2", "train.save_every=1", "train.eval_every=0", "task.eval_size=8",
         "train.eval_k=1", f"log.run_dir={tmp_path}", "log.name=co", "log.quiet=true",
-        'cohort.members=[{}, {"train.seed": 1, "model.pretrain_flawed_share": 0.7}]',
+        # member 1 reads the same problems reworded (Co-RL's paraphrase knob)
+        'cohort.members=[{}, {"train.seed": 1, "model.pretrain_flawed_share": 0.7, '
+        '"task.paraphrase": true}]',
     ]  # fmt: skip
-    summary = Cohort(load_config(None, overrides)).run()
+    cohort = Cohort(load_config(None, overrides))
+    plain, reworded = (m.eval_problems[0] for m in cohort.members)
+    assert plain.id == reworded.id and plain.answer == reworded.answer
+    assert plain.prompt.startswith("Say the word") and not reworded.prompt.startswith("Say")
+    summary = cohort.run()
     assert summary["steps"] == 2 and len(summary["members"]) == 2
     lines = [
         [json.loads(x) for x in (tmp_path / "co" / f"member-{i}" / "metrics.jsonl").open()]

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.train import logprobs
-from rlvr.train.logprobs import ChosenLogprobs, chunks, token_logprobs
+from rlvr.train.logprobs import ChosenLogprobs, Gather, chunks, token_logprobs
 
 
 def reference(logits, targets, temperature):
@@ -56,6 +56,31 @@ def test_sum_pi_squared_fills_from_the_same_chunks_without_changing_anything_els
     logits.grad = None
     plain_chosen.sum().backward()
     assert torch.equal(grad, logits.grad)
+
+
+@pytest.mark.parametrize("chunk_elements", [1 << 24, 7], ids=["rows", "tiny"])
+def test_gather_gives_the_log_softmax_of_other_tokens_with_its_gradient(
+    monkeypatch, chunk_elements
+):
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(3, 9, 50, generator=g, dtype=torch.float64) * 4
+    targets = torch.randint(0, 50, (3, 9), generator=g)
+    weights = torch.randn(3, 9, 4, generator=g, dtype=torch.float64)
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    chosen, _ = ChosenLogprobs.apply(ours, targets, 0.7, False)
+    top = Gather(k=4)  # the model's own 4 likeliest tokens
+    top.fill(ours, targets, chosen, 0.7)
+    full = F.log_softmax(theirs / 0.7, -1)
+    want_ids = full.detach().topk(4, -1).indices
+    assert torch.equal(top.ids, want_ids)
+    torch.testing.assert_close(top.logprobs, full.gather(-1, want_ids), rtol=0, atol=1e-12)
+    (weights * top.logprobs).sum().backward()
+    (weights * full.gather(-1, want_ids)).sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=1e-12)
+    given = Gather(torch.randint(0, 50, (3, 9, 2), generator=g))  # ids chosen elsewhere
+    given.fill(logits, targets, ChosenLogprobs.apply(logits, targets, 0.7, False)[0], 0.7)
+    torch.testing.assert_close(given.logprobs, full.detach().gather(-1, given.ids))
 
 
 @pytest.mark.parametrize(

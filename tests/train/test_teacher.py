@@ -8,6 +8,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train.teacher import implicit_rewards
 from rlvr.train.trainer import Trainer
+from rlvr.train.update import expected_implicit_reward
 
 
 def test_implicit_rewards_by_hand():
@@ -15,6 +16,18 @@ def test_implicit_rewards_by_hand():
     baseline = torch.tensor([[-1.5, -1.0, -0.5]])
     mask = torch.tensor([[0.0, 1.0, 1.0]])
     assert implicit_rewards(teacher, baseline, mask).tolist() == [[0.0, 0.0, -1.5]]
+
+
+def test_expected_implicit_reward_by_hand():
+    student = torch.log(torch.tensor([[[0.5, 0.25], [0.1, 0.2]]]))  # [1, 2 positions, k = 2]
+    shift = torch.tensor([[[1.0, -2.0], [3.0, 0.5]]])
+    got = expected_implicit_reward(student, shift, reverse_kl=False)
+    assert torch.allclose(got, torch.tensor([[0.5 - 0.5, 0.3 + 0.1]]))
+    teacher = torch.log(torch.tensor([[[0.25, 0.25], [0.1, 0.4]]]))
+    # minus the reverse KL over the k tokens: sum p (log q - log p)
+    want = [[0.5 * torch.log(torch.tensor(0.5)), 0.2 * torch.log(torch.tensor(2.0))]]
+    got = expected_implicit_reward(student, teacher, reverse_kl=True)
+    assert torch.allclose(got, torch.tensor(want))
 
 
 def _save(path, seed, tokenizer):
@@ -74,6 +87,41 @@ def test_each_sampled_tokens_implicit_reward_joins_the_reward(fast_overrides, tm
     assert metrics["time/teacher_logprobs"] > 0 and metrics["teacher/sequence_reward"] != 0
 
 
+def _full_logprobs(model, trajectory) -> torch.Tensor:
+    """[positions, vocab] log-softmax after each token of one trajectory, from a plain forward."""
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([trajectory.token_ids])).logits[0, :-1].log_softmax(-1)
+
+
+def test_top_k_estimator_moves_the_teacher_into_the_loss_and_keys_kl_on_its_sign(
+    fast_overrides, tmp_path
+):
+    tokenizer = build_tokenizer()
+    teacher, ref = _save(tmp_path / "t", 1, tokenizer), _save(tmp_path / "r", 2, tokenizer)
+    keys = [
+        f"algo.teacher={teacher}", f"algo.teacher_ref={ref}", "algo.teacher_top_k=3",
+        "algo.teacher_kl_coefs=[0.3, 0.7]", "train.steps=1",
+    ]  # fmt: skip
+    start = Trainer(load_config(None, [*fast_overrides, *keys])).model  # the pre-update student
+    trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, *keys])
+    # no sampled token's implicit reward joins the rewards: the verifier's alone
+    assert torch.equal(rewards, torch.tensor([outcome for outcome, _ in rollouts]))
+    # the logged implicit reward is sum over the student's top 3 of pi_s(v) (log pi_t - log pi_r)
+    total, tokens = 0.0, 0
+    for _, t in rollouts:
+        student, mask = _full_logprobs(start, t), torch.tensor(t.loss_mask[1:]).bool()
+        shift = _full_logprobs(trainer.teacher.models["teacher"], t) - _full_logprobs(
+            trainer.teacher.models["teacher_ref"], t
+        )
+        top = student.topk(3, -1)
+        per_position = (top.values.exp() * shift.gather(-1, top.indices)).sum(-1)
+        total, tokens = total + float(per_position[mask].sum()), tokens + int(mask.sum())
+    assert metrics["teacher/token_reward"] == pytest.approx(total / tokens, abs=1e-4)
+    # the loss's term was taken at the same (pre-update) student, so it reads the same value
+    assert metrics["teacher/expected_reward"] == pytest.approx(total / tokens, abs=1e-4)
+    assert metrics["kl_coef"] == (0.7 if total >= 0 else 0.3)
+
+
 def test_a_teacher_with_another_tokenizer_or_a_lone_teacher_ref_is_refused(
     fast_overrides, tmp_path
 ):
@@ -85,6 +133,10 @@ def test_a_teacher_with_another_tokenizer_or_a_lone_teacher_ref_is_refused(
         Trainer(load_config(None, [*fast_overrides, f"algo.teacher={tmp_path / 't'}"]))
     with pytest.raises(ConfigError, match="algo.teacher is not set"):
         load_config(None, [f"algo.teacher_ref={tmp_path / 't'}"])
+    with pytest.raises(ConfigError, match="algo.teacher is not set"):
+        load_config(None, ["algo.teacher_top_k=4"])
+    with pytest.raises(ConfigError, match="takes two coefficients"):
+        load_config(None, [f"algo.teacher={tmp_path / 't'}", "algo.teacher_kl_coefs=[0.1]"])
 
 
 MIX = [
