@@ -7,6 +7,8 @@ import logging
 import socket
 import threading
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
@@ -103,9 +105,23 @@ def from_pretrained(loader, name: str, key: str = POLICY_KEY, **kwargs):
     be reached; ModelNotFoundError with the fix when it fails (`key`: the setting that named it)."""
     cache_only = local_files_only(name)
     try:
-        return loader.from_pretrained(name, local_files_only=cache_only, **kwargs)
+        with offline(cache_only):
+            return loader.from_pretrained(name, local_files_only=cache_only, **kwargs)
     except (OSError, ValueError) as e:
         raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
+
+
+@contextmanager
+def offline(on: bool) -> Iterator[None]:
+    """huggingface_hub offline while `on`: transformers looks up some files (a model's adapter
+    config) without passing local_files_only, and each such lookup would retry the unreachable
+    hub with backoff (about 20 s)."""
+    before = huggingface_hub.constants.HF_HUB_OFFLINE
+    huggingface_hub.constants.HF_HUB_OFFLINE = before or on
+    try:
+        yield
+    finally:
+        huggingface_hub.constants.HF_HUB_OFFLINE = before
 
 
 def load_tokenizer(

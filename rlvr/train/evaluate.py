@@ -52,6 +52,29 @@ def evaluate(
     return metrics
 
 
+def difficulty(base: dict[str, float], k: int) -> str | None:
+    """What a run should be told before RL when its base model's eval leaves it little to learn
+    from: it solves no held-out problem in k samples (every group then scores alike, so no
+    sample gets a non-zero advantage), or it already solves nearly every one, greedy and
+    sampled. None when neither holds."""
+    solved_any = base[f"eval/pass@{k}"] if k > 1 else base["eval/accuracy"]
+    tries = f"in {k} samples" if k > 1 else "greedily"
+    if solved_any == 0:
+        return (
+            f"the base model solves none of the held-out problems {tries}, so RL's groups will "
+            "have no correct sample to favour and learn nothing. Fix: a stronger or longer-"
+            "warmed model (model.name, model.pretrain_steps), easier task settings, or a "
+            "partial-credit reward in task.rewards"
+        )
+    if base["eval/accuracy"] >= 0.98 and (k == 1 or base["eval/pass@1"] >= 0.95):
+        return (
+            f"the base model already solves {base['eval/accuracy']:.0%} of the held-out problems "
+            "greedily, so RL has little left to improve. Fix: harder task settings, or a task "
+            "the model cannot yet do"
+        )
+    return None
+
+
 def _pass_rates(correct: dict[int, int], k: int, prefix: str) -> dict[str, float]:
     """Mean pass@1 and pass@k over problems, from each one's count of correct samples out of k."""
     return {

@@ -51,7 +51,7 @@ from rlvr.train.checkpoint import (
 )
 from rlvr.train.critic import Critic
 from rlvr.train.display import Display
-from rlvr.train.evaluate import evaluate
+from rlvr.train.evaluate import difficulty, evaluate
 from rlvr.train.faults import (
     RewardErrors,
     TrainingInterrupted,
@@ -745,6 +745,9 @@ class Trainer:
             self.display.message(
                 f"base model: eval accuracy {self.state['base_eval']['eval/accuracy']:.3f}"
             )
+            warning = difficulty(self.state["base_eval"], self.cfg.train.eval_k)
+            if warning:
+                self.display.message(f"[yellow]{warning}")
 
     def record(self, metrics: dict[str, float], seconds: float) -> None:
         """Close a step that took `seconds`: count it, eval and checkpoint when due, log it."""

@@ -8,7 +8,7 @@ from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout import EpisodeRunner, SamplingParams
 from rlvr.rollout.engine import Completion
 from rlvr.rollout.parallel import TAG_TOKENS
-from rlvr.train.evaluate import evaluate
+from rlvr.train.evaluate import difficulty, evaluate
 from rlvr.types import Problem, Score
 
 TOKENIZER = build_tokenizer(TAG_TOKENS)  # each tag one token, every other character one
@@ -50,3 +50,16 @@ def test_sequential_replies_report_no_critical_path():
     metrics = run([Problem("1", "y?"), Problem("2", "z?")])
     assert metrics["eval/accuracy"] == 0.0
     assert "eval/critical_path_tokens" not in metrics and "eval/parallel_share" not in metrics
+
+
+def test_difficulty_names_a_base_too_weak_or_already_done_and_is_silent_between():
+    weak = {"eval/accuracy": 0.0, "eval/pass@1": 0.0, "eval/pass@4": 0.0}
+    assert "solves none of the held-out problems in 4 samples" in difficulty(weak, 4)
+    assert "greedily" in difficulty({"eval/accuracy": 0.0}, 1)
+    # one problem solved in one of its samples is something to learn from
+    assert difficulty({"eval/accuracy": 0.0, "eval/pass@1": 0.01, "eval/pass@4": 0.02}, 4) is None
+    done = {"eval/accuracy": 0.99, "eval/pass@1": 0.97, "eval/pass@4": 1.0}
+    assert "already solves 99%" in difficulty(done, 4)
+    # greedy right but samples often wrong: RL still sharpens sampling
+    assert difficulty({"eval/accuracy": 0.99, "eval/pass@1": 0.80, "eval/pass@4": 1.0}, 4) is None
+    assert difficulty({"eval/accuracy": 0.34, "eval/pass@1": 0.5, "eval/pass@4": 0.87}, 4) is None
