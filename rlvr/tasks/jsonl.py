@@ -207,8 +207,19 @@ class JsonlTask:
         """Pass every train and eval row through `fit` (see tasks/base.py), dropping the rows it
         drops."""
 
+        def fit_row(problem: Problem, where: str) -> Problem | None:
+            fitted = fit(problem, where)
+            if fitted is None or "paraphrase" not in problem.metadata:
+                return fitted
+            # the reworded prompt (task.paraphrase) must fit as well; the row goes if it cannot
+            shown = replace(problem, prompt=problem.metadata["paraphrase"])
+            reworded = fit(shown, f"{where} ({self.paraphrase_field})")
+            if reworded is None:
+                return None
+            return replace(fitted, metadata={**fitted.metadata, "paraphrase": reworded.prompt})
+
         def fitted(rows: list[tuple[str, Problem]], split: str) -> list[tuple[str, Problem]]:
-            kept = [(where, fit(problem, where)) for where, problem in rows]
+            kept = [(where, fit_row(problem, where)) for where, problem in rows]
             kept = [(where, problem) for where, problem in kept if problem is not None]
             if rows and not kept:
                 raise ValueError(

@@ -180,3 +180,21 @@ def test_fit_prompts_drops_or_replaces_rows_and_passes_their_file_and_line(tmp_p
     assert long["prompt"] not in prompts and all(p.startswith("WHAT IS") for p in prompts)
     with pytest.raises(ValueError, match="every training row's prompt is too long"):
         t.fit_prompts(lambda problem, where: None)
+
+
+def test_fit_prompts_fits_each_rows_rewording_too(tmp_path):
+    data = [{"q": f"{i}+{i}=", "alt": "y" * (50 if i == 2 else 5), "answer": str(2 * i)}
+            for i in range(6)]  # fmt: skip
+    path = write(tmp_path / "data.jsonl", data)
+    t = task(path, eval_share=0.2, prompt_field="q", paraphrase_field="alt")
+    seen = []
+
+    def fit(problem, where):
+        seen.append(where)
+        return None if len(problem.prompt) > 20 else replace(problem, prompt=problem.prompt + "!")
+
+    t.fit_prompts(fit)
+    assert f"{path} line 3 (alt)" in seen and len(seen) == 12
+    problems = [t.train_problem(i) for i in range(20)] + t.eval_problems()
+    assert "4" not in {p.answer for p in problems}  # row 3's rewording does not fit: dropped
+    assert {p.metadata["paraphrase"] for p in problems} == {"yyyyy!"}
