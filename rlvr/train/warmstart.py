@@ -30,6 +30,7 @@ from rlvr.tasks.base import Task
 COMPLETE = "COMPLETE"
 DEFAULT_BATCH_SIZE = 64  # demonstrations a step, for a task that names no batch of its own
 CRITIQUE_SHARE = 0.5  # under a debate, demonstrations shown in the critic's layout
+SFT_PIECES = 4  # length-sorted micro-batches of a warm-start step whose lengths vary widely
 
 
 def pretrain_batch_size(cfg: Config, task: Task) -> int:
@@ -170,6 +171,44 @@ def draw_critique(rng: random.Random, task: Task, index: int, cfg: Config) -> li
     return [shown_text(reply, d.show, answer) for reply in replies]
 
 
+def padded(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """input_ids, attention_mask and labels [N, longest] of (ids, trained mask) examples, right-
+    padded; labels are -100 off the trained tokens."""
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id)
+    labels = torch.full((len(examples), width), -100)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, (ids, mask) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.tensor([t if keep else -100 for t, keep in zip(ids, mask)])
+    return input_ids, attention, labels
+
+
+def sft_backward(model, examples: list[tuple[list[int], list[int]]], pad_id: int) -> float:
+    """Backpropagate the mean next-token loss over every trained token of `examples`; returns it.
+    When padding would be over a quarter of the batch (multi-turn episodes of mixed lengths),
+    the examples run as SFT_PIECES length-sorted micro-batches, each weighted by its share of the
+    trained tokens: the same loss and gradient, without computing most of the padding."""
+    lengths = [len(ids) for ids, _ in examples]
+    if len(examples) * max(lengths) <= 4 / 3 * sum(lengths):
+        pieces = [examples]
+    else:
+        ordered = sorted(examples, key=lambda example: len(example[0]))
+        size = -(-len(ordered) // SFT_PIECES)
+        pieces = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    batches = [padded(piece, pad_id) for piece in pieces]
+    counts = [int((labels[:, 1:] != -100).sum()) for _, _, labels in batches]
+    total, value = max(sum(counts), 1), 0.0
+    for (input_ids, attention, labels), count in zip(batches, counts):
+        if not count and len(batches) > 1:  # nothing trained in this piece: its mean is NaN
+            continue
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        (loss * (count / total)).backward()
+        value += loss.item() * count / total
+    return value
+
+
 def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:
     """Next-token loss on demonstrations; returns the final smoothed loss."""
     m = cfg.model
@@ -188,23 +227,11 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
             hint = draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments)
             critique = draw_critique(rng, task, index, cfg)
             examples += sft_examples(tokenizer, task, index, flawed, hint, critique)
-        width = max(len(ids) for ids, _ in examples)
-        input_ids = torch.full((len(examples), width), tokenizer.pad_token_id)
-        labels = torch.full((len(examples), width), -100)
-        attention = torch.zeros((len(examples), width), dtype=torch.long)
-        for row, (ids, mask) in enumerate(examples):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, : len(ids)] = torch.tensor(
-                [t if keep else -100 for t, keep in zip(ids, mask)]
-            )
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        value = sft_backward(model, examples, tokenizer.pad_token_id)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        value = loss.item()
         smoothed = value if smoothed is None else 0.95 * smoothed + 0.05 * value
         if on_step:
             on_step(step + 1, smoothed)

@@ -2,14 +2,18 @@ import json
 import random
 
 import pytest
+import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.train import warmstart
 from rlvr.train.setup import build_task
 from rlvr.train.warmstart import (
     draw_critique,
     draw_hint,
     ensure_warm_start,
+    padded,
+    sft_backward,
     sft_example,
     sft_examples,
     supervised_train,
@@ -182,3 +186,40 @@ def test_a_debates_warm_start_shows_half_its_demonstrations_in_the_critics_layou
     plain, state = load_config(), rng.getstate()
     assert draw_critique(rng, task, 0, plain) is None and rng.getstate() == state
     assert warm_start_key(cfg, task) != warm_start_key(plain, build_task(plain))
+
+
+@pytest.mark.parametrize(
+    ("lengths", "pieces"), [([40, 42, 38, 41], 1), ([5, 60, 12, 33, 7, 58, 20, 44], 4)]
+)
+def test_sft_backward_gives_the_one_batch_loss_and_gradient(
+    tokenizer, monkeypatch, lengths, pieces
+):
+    """Mixed lengths run as length-sorted pieces; the loss and gradient are the one padded
+    batch's mean over trained tokens (and similar lengths take that one batch)."""
+    rng = random.Random(0)
+    examples = [
+        ([rng.randrange(8, 100) for _ in range(n)], [0] * (n // 3) + [1] * (n - n // 3))
+        for n in lengths
+    ]
+    model = build_model("nano", tokenizer, seed=0)
+
+    def gradient(fn):
+        model.zero_grad()
+        value = fn()
+        return value, [p.grad.clone() for p in model.parameters()]
+
+    def whole():
+        input_ids, attention, labels = padded(examples, tokenizer.pad_token_id)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss.backward()
+        return loss.item()
+
+    want, want_grads = gradient(whole)
+    calls = []
+    monkeypatch.setattr(warmstart, "padded", lambda *a: calls.append(a) or padded(*a))
+    got, got_grads = gradient(lambda: sft_backward(model, examples, tokenizer.pad_token_id))
+    assert len(calls) == pieces
+    # the model's loss is taken in float32 (as transformers computes it), hence the tolerance
+    assert got == pytest.approx(want, abs=1e-6)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
