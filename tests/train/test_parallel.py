@@ -20,8 +20,10 @@ SEQUENTIAL = "12+34 = 46 #### 46"
 
 
 def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overrides):
+    # the replies are rewritten below, so the warm start only has to exist
     overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1",
-                 "algo.parallel_accel_weight=0.5", "algo.parallel_accel_cap=0.2", "train.steps=1"]  # fmt: skip
+                 "algo.parallel_accel_weight=0.5", "algo.parallel_accel_cap=0.2", "train.steps=1",
+                 "model.pretrain_steps=2"]  # fmt: skip
     trainer = Trainer(load_config(None, fast_overrides + overrides))
     original, seen = trainer.components.advantage, []
 
