@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks.base import GeneratedTask, seeded_rng
+from rlvr.tasks.base import GeneratedTask
+from rlvr.tasks.paraphrase import reworded
 from rlvr.types import Problem
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
@@ -158,8 +158,7 @@ class ArithmeticTask(GeneratedTask):
 
     def paraphrase(self, problem: Problem) -> Problem:
         meta = problem.metadata
-        wording = seeded_rng("paraphrase", problem.id).choice(REWORDINGS[meta["op"]])
-        return replace(problem, prompt=wording.format(a=meta["a"], b=meta["b"]))
+        return reworded(problem, REWORDINGS[meta["op"]], a=meta["a"], b=meta["b"])
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         meta = problem.metadata

@@ -3,7 +3,17 @@ Co-RL cohort member reads the problems in other words than its peer (a diversity
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from rlvr.tasks.base import seeded_rng
 from rlvr.types import Problem
+
+
+def reworded(problem: Problem, wordings: tuple[str, ...], **values) -> Problem:
+    """`problem` with its prompt one of `wordings` filled in with `values`; the wording is
+    drawn from the problem's id, so a problem always reads the same."""
+    wording = seeded_rng("paraphrase", problem.id).choice(wordings)
+    return replace(problem, prompt=wording.format(**values))
 
 
 class Paraphrased:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 import string
-from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.tasks.base import EpochOrder, GeneratedTask, seeded_rng
+from rlvr.tasks.paraphrase import reworded
 from rlvr.types import Problem
 
 LETTERS = string.ascii_lowercase
@@ -117,9 +117,7 @@ class TargetStringTask(GeneratedTask):
         )
 
     def paraphrase(self, problem: Problem) -> Problem:
-        cue = problem.metadata["cue"]
-        wording = seeded_rng("paraphrase", problem.id).choice(REWORDINGS)
-        return replace(problem, prompt=wording.format(cue=cue))
+        return reworded(problem, REWORDINGS, cue=problem.metadata["cue"])
 
     def draw(self, rng: random.Random) -> Problem:
         return self._problem("".join(rng.choice(LETTERS) for _ in range(CUE_LETTERS)), rng)

@@ -635,13 +635,13 @@ class Trainer:
                 values = self.critic.values(batch)
         token_rewards, top_k, kl_coef = batch.token_rewards, None, self.kl_coef.value
         if self.teacher is not None:  # Direct-OPD: each token's implicit reward joins its own
-            student = old if old is not None else batch.behaviour_logprobs
             with timed(timings, "time/teacher_logprobs"), precision:
                 if cfg.algo.teacher_top_k:  # or its expectation over the top k, in the loss
                     top_k, implicit = self.teacher.top_k(
                         self.model, batch, cfg.algo.teacher_top_k, micro, temperature
                     )
                 else:
+                    student = old if old is not None else batch.behaviour_logprobs
                     implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
                     token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
             token_reward = float(implicit.sum() / batch.loss_mask.sum().clamp(min=1))
