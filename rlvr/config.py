@@ -305,6 +305,13 @@ class RolloutConfig(Section):
     branch_share: float = Field(
         0.5, gt=0, le=1, description="W2SPO: share of sampled replies that get a weak branch."
     )
+    dispatch_threads: bool = Field(
+        False,
+        description="Parason: sample every reply with its parallel regions dispatched, one "
+        "thread per outline, each blind to its siblings (as in deployment). Each thread after a "
+        "region's first trains as its own sequence on the context it was sampled from, with "
+        "its episode's advantage (broadcast_from_last); eval dispatches too.",
+    )
     reward_workers: int = Field(
         16,
         gt=0,
@@ -981,6 +988,16 @@ class Config(Section):
                 "rollout.branch_model branches the replies of the in-process rollout, not of "
                 "Ray workers, tree rollouts or partial rollouts; fix: distributed.backend=local, "
                 "rollout.tree_width=0 and rollout.partial_tokens=0 (or no rollout.branch_model)"
+            )
+        if r.dispatch_threads and (
+            d.backend == "ray" or r.tree_width or r.branch_model or a.rgpo_segments
+            or a.teacher or a.domain_teachers or self.debate.rounds >= 2
+        ):  # fmt: skip
+            raise ValueError(
+                "rollout.dispatch_threads runs Parason's threads in the in-process rollout, as "
+                "single replies each scored whole; it does not combine with Ray workers, tree "
+                "rollouts, W2SPO branches, RGPO hints, teachers or a debate. Fix: drop those, or "
+                "rollout.dispatch_threads=false"
             )
         if r.partial_tokens and not r.max_staleness:
             raise ValueError(

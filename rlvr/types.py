@@ -48,6 +48,17 @@ class StepResult:
 
 
 @dataclass
+class ThreadRow:
+    """A Parason thread dispatched blind to its siblings, trained as its own sequence: the
+    context it was generated from (prompt, the trace before its region, its opening), then its
+    tokens. Per-token fields are aligned with `token_ids`, as in a Trajectory."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float]
+
+
+@dataclass
 class Trajectory:
     """All tokens of one episode; the single record rewards, advantages and losses read.
 
@@ -71,8 +82,12 @@ class Trajectory:
     # the policy version (updates done) that sampled each token, aligned with token_ids; -1 on
     # tokens the policy did not generate
     versions: list[int] = field(default_factory=list)
-    # policy tokens kept out of loss_mask (around a W2SPO branch): generated, but not trained
+    # response tokens kept out of loss_mask: the policy's around a W2SPO branch, and a Parason
+    # trace's threads trained as their own rows (with the dispatcher's thread openings)
     untrained_tokens: int = 0
+    # Parason's dispatched threads that its own tokens do not hold as generated (every thread
+    # after a region's first, which saw no sibling); they take the episode's advantage
+    threads: list[ThreadRow] = field(default_factory=list)
 
     def stamp(self, version: int) -> None:
         """Record that the policy at `version` generated every policy token."""
@@ -145,6 +160,26 @@ class Batch:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    def concat(self, other: Batch, pad_id: int) -> Batch:
+        """This batch's rows, then `other`'s, each field right-padded to the wider of the two."""
+        import torch
+
+        fill = {"input_ids": pad_id, "turn_ids": -1, "turn_rewards": float("nan")}
+        joined = {}
+        for name, mine in vars(self).items():
+            theirs = getattr(other, name)
+            if name == "domains":
+                joined[name] = None if mine is None else [*mine, *(theirs or [])]
+            elif mine.dim() == 1:
+                joined[name] = torch.cat([mine, theirs])
+            else:
+                width, value = max(mine.shape[1], theirs.shape[1]), fill.get(name, 0)
+                joined[name] = torch.cat([
+                    torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+                    for x in (mine, theirs)
+                ])  # fmt: skip
+        return Batch(**joined)
 
     def rows(self, index: list[int]) -> Batch:
         """The batch of these rows only, in this order (same width)."""

@@ -59,3 +59,23 @@ def test_batch_rows_picks_every_field_of_those_rows_in_order():
     assert picked.rewards.tolist() == [2.0, 0.0] and picked.group_ids.tolist() == [2, 0]
     assert picked.domains == ["add", "add"] and len(picked) == 2
     assert picked.turn_rewards.tolist() == [[2.0], [0.0]]
+
+
+def test_batch_concat_pads_each_field_with_its_own_filler():
+    def trajectory(ids, turns):
+        n = len(ids)
+        return Trajectory(Problem(f"p{n}", "q", domain=f"d{n}"), n, 0, ids, [0] + [1] * (n - 1),
+                          [0.0] + [-1.0] * (n - 1), [1.0] * turns, [n] * turns)  # fmt: skip
+
+    wide = Batch.from_trajectories([trajectory([5, 6, 7, 8], 2)], pad_id=0)
+    narrow = Batch.from_trajectories([trajectory([5, 6], 1)], pad_id=0)
+    both = narrow.concat(wide, pad_id=9)
+    assert both.input_ids.tolist() == [[5, 6, 9, 9], [5, 6, 7, 8]]
+    assert both.attention_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert both.loss_mask.tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert both.behaviour_logprobs.tolist() == [[-1.0, 0.0, 0.0], [-1.0, -1.0, -1.0]]
+    assert both.turn_ids.tolist() == [[0, -1, -1], [0, 0, 0]]  # the second turn is empty
+    assert both.token_rewards.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
+    assert both.turn_rewards[0, 1].isnan() and both.turn_rewards[1].tolist() == [1.0, 1.0]
+    assert both.rewards.tolist() == [1.0, 2.0] and both.group_ids.tolist() == [2, 4]
+    assert both.domains == ["d2", "d4"] and len(both) == 2

@@ -3,8 +3,11 @@ plain GRPO on the same warm start, budget and seeds does not?
 
 The `product_sum` task (sums of two independent products), warm-started on demonstrations that
 work the products one after another or, in 40% of them, as parallel <Subtask> threads. Arms
-differ only in the parallel bonus: `grpo` (all parallel weights 0) and `pa_grpo` (the recipe:
-0.5 * min(acceleration - 1, 0.2), subtask share and acceleration z-scored, on correct replies).
+differ in the parallel bonus: `grpo` (all parallel weights 0) and `pa_grpo` (the recipe:
+0.5 * min(acceleration - 1, 0.2), subtask share and acceleration z-scored, on correct replies);
+and in how training samples: in one pass (the model writes the whole trace), or, in the
+`_dispatched` arms, with each region's threads dispatched blind to each other and every later
+thread trained as its own sequence with its episode's advantage (`rollout.dispatch_threads`).
 
 Each policy (the warm start, and each arm's final one) is measured on the held-out problems
 greedy and with 4 samples at temperature 1, each in one pass (the model writes the whole trace)
@@ -16,7 +19,7 @@ share of replies with a parallel region and the share that parse.
 Prints one JSON object: the base's and each arm and seed's measurements, the last training
 steps' mean acceleration and parallel share, wall seconds; with the CPU, date and versions.
 
-    python benchmarks/methods/parason.py [--steps 40] [--seeds 0 1]
+    python benchmarks/methods/parason.py [--steps 40] [--seeds 0 1] [--arms pa_grpo ...]
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "parason.toml"
 OFF = [f"algo.parallel_{key}=0" for key in ("accel_weight", "subtask_beta", "latency_alpha")]
-ARMS = {"grpo": OFF, "pa_grpo": []}
+DISPATCH = ["rollout.dispatch_threads=true"]
+ARMS = {
+    "grpo": OFF,
+    "pa_grpo": [],
+    "pa_grpo_dispatched": DISPATCH,
+    "grpo_dispatched": OFF + DISPATCH,
+}
 K = 4
 
 
@@ -102,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
     args = parser.parse_args()
     cfg = load_config(RECIPE)
     args.tokens = cfg.rollout.max_new_tokens
@@ -109,7 +119,7 @@ def main() -> None:
     task = build_task(cfg)  # every policy on the same held-out problems (a seed draws its own)
     base = measure(*load_model(model), task, args.tokens)
     arms = run_all(
-        ARMS,
+        args.arms,
         args.seeds,
         lambda arm, seed, run_dir: run_arm(ARMS[arm], arm, seed, args, run_dir, model, task),
     )

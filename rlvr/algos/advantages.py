@@ -62,12 +62,17 @@ def token_rewards_or_outcome(inputs: AdvInputs) -> torch.Tensor:
     if inputs.token_rewards is not None:
         return inputs.token_rewards
     mask = inputs.loss_mask.bool()
-    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
-    last = (mask * positions).argmax(dim=1)  # index of the last policy token of each row
+    last = _last_policy_token(mask)
     rows = torch.nonzero(mask.any(dim=1)).squeeze(1)  # fully masked rows get no reward
     out = torch.zeros(mask.shape, dtype=inputs.rewards.dtype, device=mask.device)
     out[rows, last[rows]] = inputs.rewards[rows]
     return out
+
+
+def _last_policy_token(mask: torch.Tensor) -> torch.Tensor:
+    """[B]: the index of each row's last policy token (0 for a row without one)."""
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return (mask.bool() * positions).argmax(dim=1)
 
 
 def _reward_to_go(inputs: AdvInputs) -> torch.Tensor:
@@ -80,6 +85,22 @@ def _reward_to_go(inputs: AdvInputs) -> torch.Tensor:
 def _broadcast(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sequence advantages [B] -> float32 [B, T], the same value on every policy token."""
     return torch.where(mask.bool(), adv.float()[:, None], 0.0)
+
+
+def broadcast_from_last(
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    episodes: torch.Tensor,
+    row_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Parason's broadcast_from_last: every extra row of an episode (a thread trained as its own
+    sequence) takes, on each of its policy tokens, the advantage the episode's row holds on its
+    last policy token (0 where that row has none). advantages, loss_mask [B, T] of the episodes;
+    episodes [R], the episode row of each extra row; row_mask [R, T'] -> [R, T'] float32."""
+    mask = loss_mask.bool()
+    last = advantages.gather(1, _last_policy_token(mask)[:, None]).squeeze(1)
+    value = torch.where(mask.any(dim=1), last, 0.0).float()
+    return torch.where(row_mask.bool(), value[episodes][:, None], 0.0)
 
 
 def _whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

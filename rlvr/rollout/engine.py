@@ -9,6 +9,8 @@ from typing import Protocol
 import numpy as np
 from transformers import PreTrainedModel
 
+from rlvr.types import ThreadRow
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -29,6 +31,9 @@ class Completion:
     text: str = field(default="")
     # 1 on the tokens the update trains on; None: all of them (W2SPO trains a weak branch only)
     trained: list[int] | None = None
+    # Parason: the threads dispatched blind to their siblings that train as their own sequences;
+    # None: the call dispatched nothing (an empty list: it did, and every thread is in token_ids)
+    threads: list[ThreadRow] | None = None
 
 
 class Engine(Protocol):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
+from rlvr.types import ThreadRow
 
 TAGS = ("Parallel", "Outlines", "Subtask", "Trial", "Thread")
 TAG_TOKENS = tuple(t for name in TAGS for t in (f"<{name}>", f"</{name}>"))
@@ -222,6 +223,12 @@ class ParallelEpisode:
     text: str
     finish_reason: str
     threads: int  # threads dispatched
+    # aligned with token_ids: the sampler's logprob (0 on what the dispatcher wrote), and 1 on
+    # the tokens generated with exactly this prefix as context (the main path and each region's
+    # first thread); the other threads saw only the trace before their region
+    logprobs: list[float] = field(default_factory=list)
+    trained: list[int] = field(default_factory=list)
+    rows: list[ThreadRow] = field(default_factory=list)  # those other threads, as sequences
 
 
 def _outlines(text: str) -> int:
@@ -248,43 +255,90 @@ def generate_parallel(
     main = SamplingParams(**{**params.__dict__, "stop": (*params.stop, "</Outlines>")})
     thread = SamplingParams(**{**params.__dict__, "stop": ("</Thread>",)})
     closing = encode("</Thread>")
-    responses: list[list[int]] = [[] for _ in prompts]
-    finish = ["length"] * len(prompts)
-    dispatched = [0] * len(prompts)
+    episodes = [ParallelEpisode([], "", "length", 0) for _ in prompts]
     active, round_ = list(range(len(prompts))), 0
     while active:
-        budgets = [params.max_new_tokens - len(responses[i]) for i in active]
-        outs = _generate(engine, [list(prompts[i]) + responses[i] for i in active], main,
-                         budgets, seeds and [(seeds[i], round_, 0) for i in active])  # fmt: skip
+        budgets = [params.max_new_tokens - len(episodes[i].token_ids) for i in active]
+        contexts = [list(prompts[i]) + episodes[i].token_ids for i in active]
+        outs = _generate(engine, contexts, main, budgets,
+                         seeds and [(seeds[i], round_, 0) for i in active])  # fmt: skip
         regions = []
         for i, out in zip(active, outs):
-            responses[i] += out.token_ids
-            text = tokenizer.decode(responses[i], skip_special_tokens=True)
+            episode = episodes[i]
+            _append(episode, out, [], [], trained=True)
+            text = tokenizer.decode(episode.token_ids, skip_special_tokens=True)
             count = _outlines(text) if out.finish_reason == "stop" else 0
             if text.rstrip().endswith("</Outlines>") and count:
                 # every thread needs room for its opening, a token of work and its closing
-                share = (params.max_new_tokens - len(responses[i])) // count
+                share = (params.max_new_tokens - len(episode.token_ids)) // count
                 if share > len(encode(f"<Thread>{count}:")) + len(closing):
                     regions.append((i, count, share))
                     continue
-                finish[i] = "length"
+                episode.finish_reason = "length"
             else:
-                finish[i] = out.finish_reason
+                episode.finish_reason = out.finish_reason
         jobs = [(i, k, share) for i, count, share in regions for k in range(count)]
         heads = [encode(f"<Thread>{k + 1}:") for _, k, _ in jobs]
-        contexts = [list(prompts[i]) + responses[i] + head for (i, _, _), head in zip(jobs, heads)]
+        contexts = [
+            list(prompts[i]) + episodes[i].token_ids + head for (i, _, _), head in zip(jobs, heads)
+        ]
         budgets = [share - len(head) - len(closing) for (_, _, share), head in zip(jobs, heads)]
         outs = _generate(engine, contexts, thread, budgets,
                          seeds and [(seeds[i], round_, k + 1) for i, k, _ in jobs])  # fmt: skip
-        for (i, _, _), head, out in zip(jobs, heads, outs):
+        for (i, k, _), context, head, out in zip(jobs, contexts, heads, outs):
+            episode = episodes[i]
+            if k:  # its context is the trace before the region, which the episode has moved past
+                episode.rows.append(ThreadRow(
+                    context + out.token_ids, [0] * len(context) + [1] * len(out.token_ids),
+                    [0.0] * len(context) + list(out.logprobs),
+                ))  # fmt: skip
             closed = tokenizer.decode(out.token_ids).rstrip().endswith("</Thread>")
-            responses[i] += head + out.token_ids + ([] if closed else closing)
-            dispatched[i] += 1
+            _append(episode, out, head, [] if closed else closing, trained=k == 0)
+            episode.threads += 1
         active, round_ = [i for i, _, _ in regions], round_ + 1
-    return [
-        ParallelEpisode(ids, tokenizer.decode(ids, skip_special_tokens=True), reason, threads)
-        for ids, reason, threads in zip(responses, finish, dispatched)
-    ]
+    for episode in episodes:
+        episode.text = tokenizer.decode(episode.token_ids, skip_special_tokens=True)
+    return episodes
+
+
+def _append(
+    episode: ParallelEpisode, out: Completion, head: list[int], tail: list[int], trained: bool
+) -> None:
+    """Add `head` (the dispatcher's), `out`'s tokens (trained where its context is the
+    episode's) and `tail` (the dispatcher's) to the assembled response."""
+    n = len(out.token_ids)
+    episode.token_ids += head + out.token_ids + tail
+    episode.logprobs += [0.0] * len(head) + list(out.logprobs) + [0.0] * len(tail)
+    episode.trained += [0] * len(head) + [int(trained)] * n + [0] * len(tail)
+
+
+class DispatchingEngine:
+    """The policy's engine, with every call's parallel regions dispatched as blind sibling
+    threads (`generate_parallel`). A completion trains on the tokens the assembled trace holds as
+    generated (the main path and each region's first thread); every later thread comes with it
+    as its own sequence (`Completion.threads`), so each token is trained on exactly the context
+    it was sampled from."""
+
+    def __init__(self, engine: Engine, tokenizer):
+        self.engine, self.tokenizer = engine, tokenizer
+
+    def load_weights(self, model) -> None:
+        self.engine.load_weights(model)
+
+    def release_memory(self) -> None:
+        self.engine.release_memory()
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Completion]:
+        episodes = generate_parallel(self.engine, prompts, self.tokenizer, params, seeds)
+        return [
+            Completion(e.token_ids, e.logprobs, e.finish_reason, e.text, e.trained, e.rows)
+            for e in episodes
+        ]
 
 
 def _generate(

@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 from rlvr.envs.base import Env
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
 from rlvr.rollout.tokens import Conversation
-from rlvr.types import Message, Problem, StepResult, Trajectory
+from rlvr.types import Message, Problem, StepResult, ThreadRow, Trajectory
 
 # Why an episode ended: the env said done, or a budget ran out, or the env failed.
 ENDINGS = ("done", "max_turns", "max_tokens", "env_error")
@@ -28,6 +28,7 @@ class Episode:
     rewards: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    threads: list[ThreadRow] = field(default_factory=list)
     finish_reason: str = "eos"
     done: bool = False
 
@@ -52,6 +53,7 @@ class Episode:
             response_text="".join(self.texts),
             info=self.info,
             untrained_tokens=c.untrained,
+            threads=self.threads,
         )
 
 
@@ -155,7 +157,9 @@ class EpisodeRunner:
         ids = completion.token_ids[:room]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         trained = None if completion.trained is None else completion.trained[:room]
-        return Completion(ids, completion.logprobs[:room], "length", text, trained)
+        return Completion(
+            ids, completion.logprobs[:room], "length", text, trained, completion.threads
+        )
 
     def _record(
         self, episode: Episode, completion: Completion, result: StepResult, turn: int
@@ -165,7 +169,9 @@ class EpisodeRunner:
         )
         episode.texts.append(completion.text)
         episode.finish_reason = completion.finish_reason
-        if completion.trained is not None:  # trains on part of itself: a W2SPO branch
+        if completion.threads is not None:  # Parason's threads, each trained on its own context
+            episode.threads += completion.threads
+        elif completion.trained is not None:  # trains on part of itself: a W2SPO branch
             episode.info["branched"] = True
         episode.rewards.append(float(result.reward))
         tool_calls = result.info.get("tool_calls", 0) + episode.info.get("tool_calls", 0)

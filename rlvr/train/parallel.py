@@ -1,5 +1,5 @@
-"""Parason's bonus for a batch: measure each reply's thread tree and pay correct, faster-than-
-sequential rollouts on top of their reward."""
+"""Parason for a batch: measure each reply's thread tree and pay correct, faster-than-sequential
+rollouts on top of their reward; add the rows of threads dispatched blind to their siblings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from rlvr.algos.shaping import parallel_bonus
 from rlvr.config import AlgoConfig
 from rlvr.rollout.parallel import counter_for, trace_stats
-from rlvr.types import Trajectory
+from rlvr.types import Batch, Trajectory
 
 
 def parallel_on(a: AlgoConfig) -> bool:
@@ -42,3 +42,24 @@ def parallel_shaping(
         "parallel/well_formed": mean([s.well_formed for s in stats]),
         "parallel/regions": mean([s.regions for s in stats]),
     }
+
+
+def with_threads(
+    trajectories: list[Trajectory], batch: Batch, pad_id: int
+) -> tuple[Batch, torch.Tensor] | None:
+    """`batch` (one row per trajectory) with every trajectory's thread rows after it, and the
+    episode row of each thread row [R]; None when no trajectory dispatched a thread of its own.
+    A thread row of an episode whose loss is masked (algo.mask_truncated) is masked too."""
+    owners = [i for i, t in enumerate(trajectories) for _ in t.threads]
+    if not owners:
+        return None
+    rows = [
+        Trajectory(t.problem, t.group_id, t.sample_index, row.token_ids, row.loss_mask,
+                   row.behaviour_logprobs, turn_rewards=[], turn_ends=[])
+        for t in trajectories
+        for row in t.threads
+    ]  # fmt: skip
+    threads = Batch.from_trajectories(rows, pad_id)
+    episodes = torch.tensor(owners)
+    threads.loss_mask *= batch.loss_mask[episodes].any(-1, keepdim=True)
+    return batch.concat(threads, pad_id), episodes

@@ -25,6 +25,7 @@ from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine
 from rlvr.rollout.hf_engine import eos_ids
+from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
@@ -206,6 +207,16 @@ def build_components(cfg: Config) -> Components:
                 else "algo.advantage=tree (or rollout.tree_width=0 for independent samples)."
             )
         )
+    if cfg.rollout.dispatch_threads and (
+        hasattr(task, "make_env") or requires & {"values", "probe_predictions"}
+    ):
+        raise ConfigError(
+            "rollout.dispatch_threads trains Parason's threads as extra rows of single-turn "
+            "replies, which take their episode's advantage: it does not combine with a "
+            f"multi-turn task ('{cfg.task.name}' has its own env) or with an estimator that "
+            f"reads per-row values or probes ('{cfg.algo.advantage}'). Fix: a single-turn task "
+            "and e.g. algo.advantage=dr_grpo, or rollout.dispatch_threads=false"
+        )
     if cfg.rollout.tree_width == 1:
         raise ConfigError("rollout.tree_width = 1 cannot branch. Fix: 2 or more, or 0 for none.")
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
@@ -252,7 +263,11 @@ def build_rollout_source(
         return source(cfg, tokenizer, model_path, sampling_params(cfg))
     engine = build_engine(cfg, model, tokenizer, model_path)
     sampler = (
-        branching_engine(cfg, engine, model, tokenizer) if cfg.rollout.branch_model else engine
+        branching_engine(cfg, engine, model, tokenizer)
+        if cfg.rollout.branch_model
+        else DispatchingEngine(engine, tokenizer)
+        if cfg.rollout.dispatch_threads
+        else engine
     )
     runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
     evaluator = (

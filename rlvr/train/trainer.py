@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.algos.advantages import AdvInputs, RunningMean
+from rlvr.algos.advantages import AdvInputs, RunningMean, broadcast_from_last
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
@@ -64,7 +64,7 @@ from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
-from rlvr.train.parallel import parallel_on, parallel_shaping
+from rlvr.train.parallel import parallel_on, parallel_shaping, with_threads
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
@@ -420,10 +420,15 @@ class Trainer:
                 trajectories, batch.turn_ids, decode, a.repetition_jaccard,
                 a.repetition_penalty_delta, a.repetition_cap,
             )  # fmt: skip
-        data, extra = self.prepare_update(batch, baselines, segments, components, timings, offsets)
+        threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
+        data, extra = self.prepare_update(
+            batch, baselines, segments, components, timings, offsets, threads
+        )
         data.imitation = sampled.imitation
         if offsets is not None:
             extra["shaping/repeated_turns"] = repeated
+        if cfg.rollout.dispatch_threads:
+            extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
         extra.update(sampling, **explored)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
@@ -457,12 +462,12 @@ class Trainer:
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
         generated = float(sum(t.num_generated for t in trajectories))
-        seen = float(batch.attention_mask.sum())
+        seen = float(data.batch.attention_mask.sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (
             seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
         )
-        metrics.update(self.profile(trajectories, batch, data, result, timings))
+        metrics.update(self.profile(trajectories, data, result, timings))
         if cfg.log.samples_per_step:
             n = cfg.log.samples_per_step
             self.run_dir.log_samples(sample_records(
@@ -493,9 +498,9 @@ class Trainer:
             "exploration/groups": rewarded / len(groups),
         }
 
-    def profile(self, trajectories, batch, data: UpdateInputs, result, timings) -> dict:
+    def profile(self, trajectories, data: UpdateInputs, result, timings) -> dict:
         """FLOPs of each phase of this step, and the share of the machine's peak each achieved."""
-        algo = self.cfg.algo
+        algo, batch = self.cfg.algo, data.batch
         passes = {
             "old_logprobs": float(data.old_logprobs is not None),
             "ref_logprobs": float(data.ref_logprobs is not None),
@@ -601,9 +606,14 @@ class Trainer:
         components: tuple[torch.Tensor | None, torch.Tensor | None],
         timings: dict[str, float],
         advantage_offsets: torch.Tensor | None = None,
+        threads: tuple[Batch, torch.Tensor] | None = None,
     ) -> tuple[UpdateInputs, dict]:
-        """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages."""
+        """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
+        `threads` is `batch` with Parason's thread rows after it, and each one's episode row:
+        logprobs cover every row, advantages are the episodes' and broadcast to their threads."""
         cfg = self.cfg
+        rows, episodes = threads if threads is not None else (batch, None)
+        episode_part = lambda x: x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]  # noqa: E731
         micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
         share = cfg.train.share_prompt
         old = ref = None
@@ -612,7 +622,7 @@ class Trainer:
         on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
         # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
         wants_squares = "sum_pi_squared" in self.components.requires
-        squares = torch.zeros_like(batch.loss_mask) if wants_squares else None
+        squares = torch.zeros_like(rows.loss_mask) if wants_squares else None
         # poise's probe reads hidden states of that pass too (a hook on one layer)
         probe, features = self.probe, None
         if probe is not None:
@@ -622,13 +632,11 @@ class Trainer:
         precision = autocast(cfg.train.autocast, self.model.device)
         if not on_policy or cfg.algo.tis != "off" or wants_squares or probe is not None:
             with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(
-                    self.model, batch, micro, temperature, share, squares, features
-                )
-            extra.update(mismatch_metrics(old, batch.behaviour_logprobs, batch.loss_mask))
+                old = batch_logprobs(self.model, rows, micro, temperature, share, squares, features)
+            extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"), precision:
-                ref = self.reference.logprobs(batch, micro, temperature, share)
+                ref = self.reference.logprobs(rows, micro, temperature, share)
         values = None
         if self.critic is not None:
             with timed(timings, "time/values"):
@@ -641,7 +649,7 @@ class Trainer:
                         self.model, batch, cfg.algo.teacher_top_k, micro, temperature
                     )
                 else:
-                    student = old if old is not None else batch.behaviour_logprobs
+                    student = episode_part(old) if old is not None else batch.behaviour_logprobs
                     implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
                     token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
             token_reward = float(implicit.sum() / batch.loss_mask.sum().clamp(min=1))
@@ -650,15 +658,16 @@ class Trainer:
             if cfg.algo.teacher_kl_coefs:
                 kl_coef = cfg.algo.teacher_kl_coefs[token_reward >= 0]
         if ref is not None and cfg.algo.kl_in_reward:
-            policy = old if old is not None else batch.behaviour_logprobs
-            kl = self.components.kl(policy, ref, cfg.algo) * batch.loss_mask  # [B, T-1]
+            policy = episode_part(old) if old is not None else batch.behaviour_logprobs
+            kl = self.components.kl(policy, episode_part(ref), cfg.algo) * batch.loss_mask
             token_rewards = token_rewards - kl_coef * kl
             extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
             token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
             values=values, baseline_rewards=baselines, turn_rewards=batch.turn_rewards,
             turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
-            old_logprobs=old, sum_pi_squared=squares, reward_components=components[0],
+            old_logprobs=episode_part(old), sum_pi_squared=episode_part(squares),
+            reward_components=components[0],
             reward_weights=components[1],
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
@@ -683,16 +692,24 @@ class Trainer:
         )  # critic targets
         if advantage_offsets is not None:  # after the critic's targets: shaping is no return
             advantages = advantages + advantage_offsets
+        if episodes is not None:
+            width = rows.loss_mask.shape[1]
+            advantages = torch.cat([
+                torch.nn.functional.pad(advantages, (0, width - advantages.shape[1])),
+                broadcast_from_last(
+                    advantages, batch.loss_mask, episodes, rows.loss_mask[len(batch) :]
+                ),
+            ])  # fmt: skip
         if cfg.algo.tis != "off":
             # Scaling the advantage by a non-negative, stop-gradient weight scales every
             # registered loss's per-token term by it, so the correction needs no loss changes.
             weights, tis_metrics = truncated_is_weights(
-                old, batch.behaviour_logprobs, batch.loss_mask, cfg.algo.tis, cfg.algo.tis_cap
+                old, rows.behaviour_logprobs, rows.loss_mask, cfg.algo.tis, cfg.algo.tis_cap
             )
             advantages = advantages * weights
             extra.update(tis_metrics)
         data = UpdateInputs(
-            batch, advantages, old, ref, kl_coef, values, returns,
+            rows, advantages, old, ref, kl_coef, values, returns,
             teacher_top_k=top_k, teacher_coef=cfg.algo.teacher_coef,
         )  # fmt: skip
         return data, extra

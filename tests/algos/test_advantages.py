@@ -8,6 +8,7 @@ from rlvr.algos.advantages import (
     ADVANTAGES,
     AdvInputs,
     RunningMean,
+    broadcast_from_last,
     counterfactual,
     dr_grpo,
     gae,
@@ -902,3 +903,18 @@ def test_poise_gradient_is_unbiased_and_a_self_feature_baseline_is_not():
     # E[(r - p_a) grad log pi(a)] = 0: the own-feature baseline removes the whole signal
     assert ((biased - exact).abs() > 10 * se).any(), (biased, exact, se)
     assert biased.abs().max() < 4 * se.max()
+
+
+def test_broadcast_from_last_gives_each_thread_its_episodes_last_policy_token_advantage():
+    advantages = torch.tensor([[0.0, 0.5, 0.75, 0.0], [0.0, 0.0, 0.0, 0.0], [-1.0, -2.0, 0.0, 0.0]])
+    loss_mask = torch.tensor([[0, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
+    episodes = torch.tensor([0, 2, 2, 1])  # episode 1 trains nothing (e.g. masked as truncated)
+    row_mask = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 1], [0, 1, 1]])
+    out = broadcast_from_last(advantages, loss_mask, episodes, row_mask)
+    assert out.tolist() == [
+        [0.0, 0.75, 0.75],
+        [0.0, 0.0, -2.0],
+        [-2.0, -2.0, -2.0],
+        [0.0, 0.0, 0.0],
+    ]
+    assert out.dtype == torch.float32

@@ -7,6 +7,7 @@ from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout.engine import Completion, SamplingParams
 from rlvr.rollout.parallel import (
     TAG_TOKENS,
+    DispatchingEngine,
     TraceError,
     blind_threads,
     characters,
@@ -114,7 +115,9 @@ class ScriptedPolicy:
             reply_ids = TOKENIZER(reply, add_special_tokens=False)["input_ids"]
             if len(reply_ids) > params.max_new_tokens:
                 reply_ids, reason = reply_ids[: params.max_new_tokens], "length"
-            outs.append(Completion(reply_ids, [0.0] * len(reply_ids), reason))
+            # each call's logprobs are its number, negated: where a token came from stays visible
+            logprob = -float(len(self.contexts))
+            outs.append(Completion(reply_ids, [logprob] * len(reply_ids), reason))
         return outs
 
 
@@ -141,6 +144,49 @@ def test_dispatch_runs_each_thread_blind_to_its_siblings():
     second = next(c for c in engine.contexts if c.endswith("<Thread>2:"))
     assert "work1" not in second  # the sibling's work is not in its context
     assert stats(episode.text).well_formed
+
+
+def test_dispatch_trains_each_token_on_the_context_it_was_sampled_from():
+    engine = ScriptedPolicy()
+    prompt = TOKENIZER("q=", add_special_tokens=False)["input_ids"]
+    (episode,) = generate_parallel(engine, [prompt], TOKENIZER, SamplingParams(200), seeds=[7])
+    decode = lambda ids: TOKENIZER.decode(ids, skip_special_tokens=True)  # noqa: E731
+    ids, trained = episode.token_ids, episode.trained
+    assert len(trained) == len(episode.logprobs) == len(ids)
+    head = "go <Parallel><Outlines><Subtask>1: a</Subtask><Subtask>2: b</Subtask></Outlines>"
+    # the main path and the first thread, which saw exactly the trace before it
+    assert decode([t for t, m in zip(ids, trained) if m]) == (
+        head + " work1</Thread></Parallel> #### 3"
+    )
+    # the dispatcher's openings, and the second thread, which did not see the first
+    assert (
+        decode([t for t, m in zip(ids, trained) if not m]) == "<Thread>1:<Thread>2: work2</Thread>"
+    )
+    (row,) = episode.rows
+    context = len(row.token_ids) - sum(row.loss_mask)
+    assert decode(row.token_ids[:context]) == "q=" + head + "<Thread>2:"
+    assert decode(row.token_ids[context:]) == " work2</Thread>" and all(row.loss_mask[context:])
+    # calls: 1 main, 2 and 3 the threads, 4 the conclusion; logprobs stay with their tokens
+    assert set(row.behaviour_logprobs[context:]) == {-3.0} and not any(
+        row.behaviour_logprobs[:context]
+    )
+    by_call = {lp for lp, m in zip(episode.logprobs, trained) if m}
+    assert by_call == {-1.0, -2.0, -4.0}
+
+
+def test_the_dispatching_engine_returns_the_trace_its_mask_and_its_thread_rows():
+    prompt = TOKENIZER("q=", add_special_tokens=False)["input_ids"]
+    dispatching = DispatchingEngine(ScriptedPolicy(), TOKENIZER)
+    (completion,) = dispatching.generate([prompt], SamplingParams(200), seeds=[7])
+    (episode,) = generate_parallel(ScriptedPolicy(), [prompt], TOKENIZER, SamplingParams(200), [7])
+    assert completion.token_ids == episode.token_ids and completion.text == episode.text
+    assert completion.trained == episode.trained and completion.threads == episode.rows
+    assert completion.finish_reason == "eos"
+    # a reply without a region dispatches nothing: all of it trains, and no rows come with it
+    after = TOKENIZER("q=<Parallel>", add_special_tokens=False)["input_ids"]  # writes the end
+    (completion,) = dispatching.generate([after], SamplingParams(200, 0.0))
+    assert completion.text == "</Parallel> #### 3"
+    assert completion.threads == [] and all(completion.trained)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,13 @@
 """Parason through the trainer: a correct reply whose thread tree shortens its critical path
-earns the capped acceleration bonus on the reward the advantages read; others earn nothing."""
+earns the capped acceleration bonus on the reward the advantages read; others earn nothing.
+Dispatched threads train on the context they were sampled from, with their episode's advantage."""
 
 import pytest
 import torch
 
-from rlvr.config import load_config
+from rlvr.config import ConfigError, load_config
+from rlvr.rollout.engine import Completion
+from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 
 # product_sum's tokenizer spells each tag as one token and every other character as one
@@ -52,3 +55,103 @@ def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overri
     assert step["parallel/bonus"] == pytest.approx(sum(expected) / 4, abs=1e-6)
     assert step["parallel/acceleration"] == pytest.approx((8 / 7 + 2 * 32 / 21 + 1) / 4)
     assert step["parallel/well_formed"] == 1.0
+
+
+class ScriptedTrace:
+    """An Engine that writes one region of two subtasks, a thread per dispatched opening and a
+    conclusion, each token's logprob the model's own on the exact context it was handed."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+
+    def generate(self, prompts, params, seeds=None):
+        outs = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if text.endswith(("<Thread>1:", "<Thread>2:")):
+                reply, reason = f"{text[-2] * 3}</Thread>", "stop"
+            elif "<Parallel>" not in text:
+                reply = "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+                reason = "stop"
+            else:
+                reply, reason = "</Parallel>#### 3", "eos"
+            reply_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = self.model(torch.tensor([list(ids) + reply_ids])).logits[0]
+            chosen = (
+                logits[len(ids) - 1 : -1]
+                .log_softmax(-1)
+                .gather(-1, torch.tensor(reply_ids)[:, None])
+            )
+            outs.append(Completion(reply_ids, chosen[:, 0].tolist(), reason, reply))
+        return outs
+
+    def load_weights(self, model):
+        pass
+
+    def release_memory(self):
+        pass
+
+
+def test_dispatched_threads_train_on_their_own_context_with_their_episodes_advantage(
+    fast_overrides,
+):
+    overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1", "train.steps=1",
+                 "model.pretrain_steps=2", "rollout.dispatch_threads=true",
+                 "rollout.max_new_tokens=64"]  # fmt: skip
+    trainer = Trainer(load_config(None, fast_overrides + overrides))
+    trainer.source.runner.engine.engine = ScriptedTrace(trainer.model, trainer.tokenizer)
+    collect, updates = trainer.rollout, []
+
+    def varied_rollout(timings):  # the script is always wrong: reward half of each group
+        trajectories, baselines, sampling = collect(timings)
+        for trajectory in trajectories:
+            trajectory.turn_rewards = [float(trajectory.sample_index % 2)]
+        return trajectories, baselines, sampling
+
+    update = trainer.updater.update
+
+    def spy(model, data, *args):
+        updates.append(data)
+        return update(model, data, *args)
+
+    trainer.rollout, trainer.updater.update = varied_rollout, spy
+    step = trainer.step()
+    (data,) = updates
+    episodes = 16  # fast_overrides' batch
+    assert len(data.batch) == 2 * episodes and step["parallel/thread_rows"] == 1.0
+    decode = trainer.tokenizer.decode
+    for row in range(episodes, 2 * episodes):
+        trained = data.batch.input_ids[row, 1:][data.batch.loss_mask[row].bool()]
+        assert decode(trained) == "222</Thread>"
+        assert decode(data.batch.input_ids[row]).count("<Thread>") == 1  # blind to thread 1
+    episode_mask = data.batch.loss_mask[:episodes].bool()
+    assert decode(data.batch.input_ids[0, 1:][episode_mask[0]]) == (
+        "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+        "111</Thread></Parallel>#### 3"
+    )
+    # every trained token, threads included, sees the context it was sampled from: the
+    # update's own logprobs equal the ones the script computed on those contexts
+    assert step["mismatch/abs_diff_max"] < 1e-5
+    for row in range(episodes):
+        advantage = data.advantages[row][episode_mask[row]]
+        assert advantage.abs().min() > 0.1 and len(advantage.unique()) == 1
+        thread = data.advantages[episodes + row][data.batch.loss_mask[episodes + row].bool()]
+        assert torch.equal(thread, advantage[: len(thread)])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["rollout.tree_width=2", "algo.advantage=tree"],
+            "does not combine with Ray workers, tree",
+        ),
+        (["algo.advantage=gae"], "reads per-row values or probes \\('gae'\\)"),
+        (["task.name=guess_number"], "multi-turn task \\('guess_number' has its own env\\)"),
+    ],
+)
+def test_dispatch_refuses_what_its_thread_rows_cannot_serve(overrides, message, fast_overrides):
+    with pytest.raises(ConfigError, match=message):
+        build_components(load_config(None, [*fast_overrides, "rollout.dispatch_threads=true",
+                                            *overrides]))  # fmt: skip
