@@ -651,6 +651,27 @@ class AlgoConfig(Section):
         description="gae: parameter-name substrings the critic does not train, e.g. ['attn'] "
         "(SAO's frozen-attention critic).",
     )
+    rfpo_label_steps: int = Field(
+        0,
+        ge=0,
+        description="RFPO: steps of ordinary PPO (verifier rewards, a critic fitted to them by "
+        "gae with gamma = lam = 1, so V estimates the chance of success from each prefix); then the critic is "
+        "calibrated, frozen, and its verdict 1[V(reply) - b(length decile, cut off or not) > tau] "
+        "is the reward. 0: off.",
+    )
+    rfpo_label_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="RFPO: share of replies (a seeded draw each) that keep the verifier's reward "
+        "after the switch (the paper's p).",
+    )
+    rfpo_calibration_rollouts: int = Field(
+        512,
+        gt=0,
+        description="RFPO: held-out replies (to training problems no update sees) that calibrate "
+        "the baselines and tau against the verifier at the switch.",
+    )
     dis_clip_low: float = Field(
         0.3, ge=0, description="dis: tokens with ratio <= 1 - dis_clip_low get no gradient."
     )
@@ -988,6 +1009,15 @@ class Config(Section):
                 "rollout.branch_model branches the replies of the in-process rollout, not of "
                 "Ray workers, tree rollouts or partial rollouts; fix: distributed.backend=local, "
                 "rollout.tree_width=0 and rollout.partial_tokens=0 (or no rollout.branch_model)"
+            )
+        if a.rfpo_label_steps and (
+            a.advantage != "gae" or a.gamma != 1 or a.lam != 1 or a.lam_mode != "fixed"
+        ):
+            raise ValueError(
+                "algo.rfpo_label_steps turns the critic into the reward, which needs a critic of "
+                "P(success | prefix): gae with no discount and no bootstrapping. Fix: "
+                "algo.advantage=gae, algo.gamma=1, algo.lam=1 and algo.lam_mode=fixed (or "
+                "algo.rfpo_label_steps=0)"
             )
         if r.dispatch_threads and (
             d.backend == "ray" or r.tree_width or r.branch_model or a.rgpo_segments

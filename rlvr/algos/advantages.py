@@ -62,17 +62,24 @@ def token_rewards_or_outcome(inputs: AdvInputs) -> torch.Tensor:
     if inputs.token_rewards is not None:
         return inputs.token_rewards
     mask = inputs.loss_mask.bool()
-    last = _last_policy_token(mask)
+    last = last_policy_token(mask)
     rows = torch.nonzero(mask.any(dim=1)).squeeze(1)  # fully masked rows get no reward
     out = torch.zeros(mask.shape, dtype=inputs.rewards.dtype, device=mask.device)
     out[rows, last[rows]] = inputs.rewards[rows]
     return out
 
 
-def _last_policy_token(mask: torch.Tensor) -> torch.Tensor:
+def last_policy_token(mask: torch.Tensor) -> torch.Tensor:
     """[B]: the index of each row's last policy token (0 for a row without one)."""
     positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
     return (mask.bool() * positions).argmax(dim=1)
+
+
+def at_last_policy_token(x: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """[B]: x [B, T] on each row's last policy token, 0 for a row without one."""
+    mask = loss_mask.bool()
+    picked = x.gather(1, last_policy_token(mask)[:, None]).squeeze(1)
+    return torch.where(mask.any(dim=1), picked, 0.0)
 
 
 def _reward_to_go(inputs: AdvInputs) -> torch.Tensor:
@@ -97,9 +104,7 @@ def broadcast_from_last(
     sequence) takes, on each of its policy tokens, the advantage the episode's row holds on its
     last policy token (0 where that row has none). advantages, loss_mask [B, T] of the episodes;
     episodes [R], the episode row of each extra row; row_mask [R, T'] -> [R, T'] float32."""
-    mask = loss_mask.bool()
-    last = advantages.gather(1, _last_policy_token(mask)[:, None]).squeeze(1)
-    value = torch.where(mask.any(dim=1), last, 0.0).float()
+    value = at_last_policy_token(advantages, loss_mask).float()
     return torch.where(row_mask.bool(), value[episodes][:, None], 0.0)
 
 

@@ -17,7 +17,7 @@ from rlvr.types import Batch, Trajectory
 
 # The phases of step(), in order; they partition it, so their times add up to time/step.
 PHASES = (
-    "rollout", "baseline_rollout", "exploration", "old_logprobs", "ref_logprobs",
+    "rollout", "baseline_rollout", "calibration", "exploration", "old_logprobs", "ref_logprobs",
     "teacher_logprobs", "values", "advantages",
     "update", "weight_sync", "critic", "metrics",
 )  # fmt: skip

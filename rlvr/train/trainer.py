@@ -50,6 +50,7 @@ from rlvr.train.checkpoint import (
     save_checkpoint,
 )
 from rlvr.train.critic import Critic
+from rlvr.train.critic_reward import CriticJudge
 from rlvr.train.display import Display
 from rlvr.train.evaluate import difficulty, evaluate
 from rlvr.train.faults import (
@@ -180,6 +181,7 @@ class Trainer:
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
+        self.judge = CriticJudge(a, cfg.train.seed) if a.rfpo_label_steps else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
@@ -288,6 +290,8 @@ class Trainer:
             self.probe.load_state_dict(state.pop("probe"))
         if self.guidance is not None:
             self.guidance.load_state_dict(state.pop("guidance"))
+        if self.judge is not None:
+            self.judge.load_state_dict(state.pop("judge"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -318,6 +322,8 @@ class Trainer:
             state["probe"] = self.probe.state_dict()
         if self.guidance is not None:
             state["guidance"] = self.guidance.state_dict()
+        if self.judge is not None:
+            state["judge"] = self.judge.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         state["monitors"] = self.monitors.state_dict()
         if hasattr(self.components.task, "state_dict"):
@@ -380,6 +386,9 @@ class Trainer:
                 f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
             )
             return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
+        values, judging = None, self.judge is not None and self.judge.judging(self.state["step"])
+        if judging:  # RFPO: the frozen critic's verdicts replace the verifier's rewards
+            values = self.critic_verdicts(trajectories, sampling, timings)
         for trajectory in trajectories:
             trajectory.turn_rewards = time_rewards(trajectory.turn_rewards, cfg.algo.reward_timing)
         penalties = overlong_penalty(
@@ -422,7 +431,7 @@ class Trainer:
             )  # fmt: skip
         threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
         data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, threads
+            batch, baselines, segments, components, timings, offsets, threads, values
         )
         data.imitation = sampled.imitation
         if offsets is not None:
@@ -432,7 +441,8 @@ class Trainer:
         extra.update(sampling, **explored)
         if cfg.algo.overlong_window:
             extra["reward/overlong"] = float(penalties.mean())
-        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values")
+        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values",
+                  "time/calibration")  # fmt: skip
         timings["time/advantages"] = (
             time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
         )
@@ -447,7 +457,7 @@ class Trainer:
                 result = UpdateResult({}, skipped=0)
         with timed(timings, "time/weight_sync"):
             self.source.sync(self.model, self.state["step"] + 1)
-        if self.critic is not None:
+        if self.critic is not None and not judging:  # RFPO's critic is frozen once it judges
             with timed(timings, "time/critic"):
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
         metrics_start = time.perf_counter()
@@ -476,6 +486,22 @@ class Trainer:
             ))  # fmt: skip
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
+
+    def critic_verdicts(self, trajectories, sampling: dict, timings: dict) -> torch.Tensor:
+        """RFPO: calibrate the critic on the first judged step, then put its verdicts in place of
+        the rewards; returns its values [B, T-1] of the batch (the advantages' baseline)."""
+        step, pad_id = self.state["step"], self.tokenizer.pad_token_id
+        if self.judge.calibration is None:
+            with timed(timings, "time/calibration"):
+                sampling.update(self.judge.calibrate(
+                    self.source.evaluator, self.components.task, self.critic,
+                    self.cfg.rollout.group_size, pad_id, step,
+                ))  # fmt: skip
+        with timed(timings, "time/values"):
+            batch = Batch.from_trajectories(trajectories, pad_id)
+            values = self.critic.values(batch)
+        sampling.update(self.judge.judge(trajectories, values, batch.loss_mask, step))
+        return values
 
     def exploration_bonus(
         self, batch: Batch, trajectories: list[Trajectory]
@@ -607,6 +633,7 @@ class Trainer:
         timings: dict[str, float],
         advantage_offsets: torch.Tensor | None = None,
         threads: tuple[Batch, torch.Tensor] | None = None,
+        values: torch.Tensor | None = None,
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
         `threads` is `batch` with Parason's thread rows after it, and each one's episode row:
@@ -637,8 +664,7 @@ class Trainer:
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"), precision:
                 ref = self.reference.logprobs(rows, micro, temperature, share)
-        values = None
-        if self.critic is not None:
+        if self.critic is not None and values is None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
         token_rewards, top_k, kl_coef = batch.token_rewards, None, self.kl_coef.value
