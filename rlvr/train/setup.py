@@ -239,15 +239,19 @@ def env_factory(components: Components) -> Callable[[], Env]:
 
 def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
     """The rollout engine of rollout.engine: the embedded one decodes with `model` itself; vLLM
-    loads the architecture from `model_path` and takes `model`'s weights at each sync."""
+    loads the architecture from `model_path` and takes `model`'s weights at each sync. With
+    rollout.dispatch_threads, every call (training, eval, `rlvr eval`) dispatches Parason's
+    parallel regions."""
     r = cfg.rollout
     if r.engine == "hf":
-        return HFEngine(model, tokenizer, r.max_batch_size)
-    return VLLMEngine(
-        model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
-        r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,
-        lora_rank=cfg.model.lora.r if r.vllm.lora_sync == "adapter" else 0,
-    )  # fmt: skip
+        engine = HFEngine(model, tokenizer, r.max_batch_size)
+    else:
+        engine = VLLMEngine(
+            model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
+            r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,
+            lora_rank=cfg.model.lora.r if r.vllm.lora_sync == "adapter" else 0,
+        )  # fmt: skip
+    return DispatchingEngine(engine, tokenizer) if r.dispatch_threads else engine
 
 
 def build_rollout_source(
@@ -263,11 +267,7 @@ def build_rollout_source(
         return source(cfg, tokenizer, model_path, sampling_params(cfg))
     engine = build_engine(cfg, model, tokenizer, model_path)
     sampler = (
-        branching_engine(cfg, engine, model, tokenizer)
-        if cfg.rollout.branch_model
-        else DispatchingEngine(engine, tokenizer)
-        if cfg.rollout.dispatch_threads
-        else engine
+        branching_engine(cfg, engine, model, tokenizer) if cfg.rollout.branch_model else engine
     )
     runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
     evaluator = (

@@ -640,7 +640,10 @@ class Trainer:
         logprobs cover every row, advantages are the episodes' and broadcast to their threads."""
         cfg = self.cfg
         rows, episodes = threads if threads is not None else (batch, None)
-        episode_part = lambda x: x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]  # noqa: E731
+
+        def episode_part(x: torch.Tensor | None) -> torch.Tensor | None:  # [len(rows), ...]
+            return x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]
+
         micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
         share = cfg.train.share_prompt
         old = ref = None
