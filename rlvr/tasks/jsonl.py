@@ -230,6 +230,11 @@ class JsonlTask:
 
         self._set_rows(fitted(self._train_rows, "training"), fitted(self._eval_rows, "eval"))
 
+    @property
+    def train_size(self) -> int:
+        """Training rows: a finite pool, which the tiny model's warm start holds some of out."""
+        return len(self._train_rows)
+
     def train_problem(self, index: int) -> Problem:
         return self._train_order[index]
 

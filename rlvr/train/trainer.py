@@ -79,7 +79,7 @@ from rlvr.train.setup import (
 from rlvr.train.task_filter import screen_task
 from rlvr.train.teacher import Teacher
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
-from rlvr.train.warmstart import ensure_warm_start, warm_start_path
+from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
 from rlvr.types import Batch, Trajectory
 
 TRAIN_STREAM = 0
@@ -110,6 +110,9 @@ def load_policy(cfg: Config, components: Components, display: Display):
         if not (Path(name) / "COMPLETE").is_file():
             with display.bar("warm start (once per settings)", m.pretrain_steps) as bar:
                 ensure_warm_start(cfg, task, lambda s, loss: bar.update(s, {"sft_loss": loss}))
+            summary = held_out_summary(Path(name))
+            if summary:  # a file's warm start that stopped on its held-out rows
+                display.message(summary)
     model, tokenizer = load_model(name, m.dtype, m.trust_remote_code, tokenizer=tokenizer)
     if m.lora.r > 0:  # the loaded weights freeze; only the adapters train
         model = apply_lora(model, m.lora)

@@ -6,6 +6,7 @@ model is imperfect and RL has something to fix.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -28,9 +29,12 @@ from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 
 COMPLETE = "COMPLETE"
+WARM_START_LOG = "warm_start.json"  # what supervised_train returned, beside the weights
 DEFAULT_BATCH_SIZE = 64  # demonstrations a step, for a task that names no batch of its own
 CRITIQUE_SHARE = 0.5  # under a debate, demonstrations shown in the critic's layout
 SFT_PIECES = 4  # length-sorted micro-batches of a warm-start step whose lengths vary widely
+HOLDOUT_EVERY = 25  # warm-start steps between two measurements of the held-out rows' loss
+HOLDOUT_PATIENCE = 4  # measurements without a new best before the warm start stops
 
 
 def pretrain_batch_size(cfg: Config, task: Task) -> int:
@@ -73,6 +77,8 @@ def warm_start_key(cfg: Config, task: Task) -> str:
     if hasattr(task, "fingerprint"):
         # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
         settings["data"] = task.fingerprint()
+    if held_out_rows(cfg, task):
+        settings["holdout"] = [m.pretrain_holdout, HOLDOUT_EVERY, HOLDOUT_PATIENCE]
     if hasattr(task, "fit_prompts") and cfg.task.long_prompts != "error":
         # Skipped or truncated rows depend on the room a prompt has.
         settings["fit"] = [cfg.task.long_prompts, cfg.rollout.max_new_tokens]
@@ -209,10 +215,36 @@ def sft_backward(model, examples: list[tuple[list[int], list[int]]], pad_id: int
     return value
 
 
-def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> float:
-    """Next-token loss on demonstrations; returns the final smoothed loss."""
+def held_out_rows(cfg: Config, task: Task) -> int:
+    """How many of a finite task's training rows (a file's: `task.train_size`) the warm start
+    holds out to stop itself on (model.pretrain_holdout); 0 for a generated task, or when too
+    few rows are left to train on."""
+    rows = getattr(task, "train_size", 0)
+    held = round(cfg.model.pretrain_holdout * rows)
+    return held if 0 < held <= rows - 2 else 0
+
+
+def held_out_loss(model, tokenizer, task: Task, rows: int) -> float:
+    """Mean next-token loss over the trained tokens of the correct demonstrations of the first
+    `rows` training problems (one epoch's first rows: distinct problems)."""
+    examples = [e for index in range(rows) for e in sft_examples(tokenizer, task, index, False)]
+    input_ids, attention, labels = padded(examples, tokenizer.pad_token_id)
+    model.eval()
+    with torch.no_grad():
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+    model.train()
+    return float(loss)
+
+
+def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> dict:
+    """Next-token loss on demonstrations. A finite task's warm start trains on all but its
+    held-out rows, measures their loss every HOLDOUT_EVERY steps, and stops after
+    HOLDOUT_PATIENCE measurements without a new best, keeping the best weights. Returns what
+    happened: the final smoothed loss, the steps run, and the held-out losses by step."""
     m = cfg.model
     rng = random.Random(f"warmstart:{cfg.train.seed}")
+    held = held_out_rows(cfg, task)
+    best, best_state, stale, curve = float("inf"), None, 0, []
     optimizer = torch.optim.AdamW(model.parameters(), lr=m.pretrain_lr, weight_decay=0.01)
     scheduler = get_cosine_schedule_with_warmup(
         optimizer, min(100, m.pretrain_steps // 10), m.pretrain_steps
@@ -222,7 +254,7 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
     for step in range(m.pretrain_steps):
         examples = []
         for _ in range(pretrain_batch_size(cfg, task)):
-            index = rng.randrange(10**9)
+            index = rng.randrange(held, task.train_size) if held else rng.randrange(10**9)
             flawed = rng.random() < m.pretrain_flawed_share
             hint = draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments)
             critique = draw_critique(rng, task, index, cfg)
@@ -235,7 +267,18 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
         smoothed = value if smoothed is None else 0.95 * smoothed + 0.05 * value
         if on_step:
             on_step(step + 1, smoothed)
-    return float(smoothed)
+        if held and (step + 1) % HOLDOUT_EVERY == 0:
+            curve.append((step + 1, held_out_loss(model, tokenizer, task, held)))
+            if curve[-1][1] < best:
+                best, best_state, stale = curve[-1][1], copy.deepcopy(model.state_dict()), 0
+            else:
+                stale += 1
+                if stale == HOLDOUT_PATIENCE:
+                    break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return {"loss": float(smoothed), "steps": step + 1, "held_out_rows": held,
+            "held_out_loss": curve}  # fmt: skip
 
 
 def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
@@ -245,12 +288,27 @@ def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
         return path
     tokenizer = build_tokenizer(getattr(task, "added_tokens", ()))
     model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed)
-    supervised_train(model, tokenizer, task, cfg, on_step)
+    trained = supervised_train(model, tokenizer, task, cfg, on_step)
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    (tmp / WARM_START_LOG).write_text(json.dumps(trained))
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
     (path / COMPLETE).write_text("ok")
     return path
+
+
+def held_out_summary(path: Path) -> str | None:
+    """One line on how a warm start that held rows out ended, from its log; None without one."""
+    log = path / WARM_START_LOG
+    trained = json.loads(log.read_text()) if log.is_file() else {}
+    if not trained.get("held_out_loss"):
+        return None
+    best_step, best = min(trained["held_out_loss"], key=lambda point: point[1])
+    return (
+        f"warm start: {trained['held_out_rows']} training rows held out; their loss was lowest "
+        f"({best:.3f}) at step {best_step}, and the warm start kept those weights (it ran "
+        f"{trained['steps']} steps)"
+    )

@@ -223,3 +223,65 @@ def test_sft_backward_gives_the_one_batch_loss_and_gradient(
     assert got == pytest.approx(want, abs=1e-6)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
+
+
+WORD_PROBLEMS = [  # a small file: 32 training rows once 8 are held out for eval
+    "task.name=jsonl", "task.path=examples/data/arithmetic_word.jsonl",
+    "task.prompt_field=question", "task.answer_field=answer", "task.solution_field=solution",
+    "task.eval_share=0.2", "model.pretrain_batch_size=8",
+]  # fmt: skip
+
+
+def test_a_files_warm_start_stops_on_its_held_out_rows_with_their_best_weights(
+    tokenizer, monkeypatch
+):
+    cfg = load_config(None, [*WORD_PROBLEMS, "model.pretrain_steps=1000"])
+    task = build_task(cfg)
+    held = warmstart.held_out_rows(cfg, task)
+    assert held == round(0.1 * task.train_size) > 0
+    losses, snapshots, trained_on = iter([3.0, 2.0, 2.5, 2.1, 2.4, 2.0, 9.9]), [], []
+    examples = warmstart.sft_examples
+
+    def measured(model, tokenizer, task, rows):
+        assert rows == held
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(losses)
+
+    def recorded(tokenizer, task, index, *args):
+        trained_on.append(index)
+        return examples(tokenizer, task, index, *args)
+
+    monkeypatch.setattr(warmstart, "held_out_loss", measured)
+    monkeypatch.setattr(warmstart, "sft_examples", recorded)
+    model = build_model("nano", build_tokenizer())
+    log = supervised_train(model, build_tokenizer(), task, cfg)
+    # best at the 2nd measurement (step 50); 4 without a new best (2.0 is no better) stop it
+    assert log["steps"] == 150 and [s for s, _ in log["held_out_loss"]] == [
+        25,
+        50,
+        75,
+        100,
+        125,
+        150,
+    ]
+    assert all(torch.equal(v, snapshots[1][k]) for k, v in model.state_dict().items())
+    assert min(trained_on) >= held and len(set(trained_on)) > held  # held-out rows never trained
+
+
+def test_held_out_rows_are_kept_only_for_a_finite_task_with_rows_to_spare():
+    arithmetic = load_config(None, [])
+    assert warmstart.held_out_rows(arithmetic, build_task(arithmetic)) == 0  # generated
+    off = load_config(None, [*WORD_PROBLEMS, "model.pretrain_holdout=0"])
+    assert warmstart.held_out_rows(off, build_task(off)) == 0
+    on = load_config(None, WORD_PROBLEMS)
+    assert warm_start_key(on, build_task(on)) != warm_start_key(off, build_task(off))
+
+
+def test_a_files_warm_start_logs_its_held_out_loss(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    cfg = load_config(None, [*WORD_PROBLEMS, "model.pretrain_steps=25"])
+    path = ensure_warm_start(cfg, build_task(cfg))
+    log = json.loads((path / warmstart.WARM_START_LOG).read_text())
+    ((step, loss),) = log["held_out_loss"]
+    assert step == 25 and 0 < loss < 10
+    assert f"lowest ({loss:.3f}) at step 25" in warmstart.held_out_summary(path)
