@@ -28,6 +28,9 @@ class Calibration:
     baselines: list[float]  # 20 cells: mean value of the calibration replies in each
     tau: float
     agreement: float  # share of calibration replies whose verdict matched the verifier's
+    # P(a right reply's margin > a wrong one's), ties half: how well the critic separates them
+    # at any threshold (0.5: not at all, or a calibration set of one class)
+    auc: float
 
     @classmethod
     def fit(
@@ -53,7 +56,7 @@ class Calibration:
         agreement = ((margins[None] > candidates[:, None]) == labels.bool()[None]).double().mean(1)
         best = int(agreement.argmax())  # the first of equals: the lowest such threshold
         return cls(edges.tolist(), baselines.tolist(), float(candidates[best]),
-                   float(agreement[best]))  # fmt: skip
+                   float(agreement[best]), separation(margins, labels.bool()))  # fmt: skip
 
     def verdicts(
         self, values: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor
@@ -62,3 +65,15 @@ class Calibration:
         cells = length_cells(lengths, truncated, torch.tensor(self.edges))
         margins = values.double() - torch.tensor(self.baselines, dtype=torch.float64)[cells]
         return (margins > self.tau).float()
+
+
+def separation(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """The ROC AUC of `scores` [N] for boolean `labels` [N]: the chance that a positive outscores
+    a negative, ties counted half; 0.5 when either class is empty."""
+    positive, negative = scores[labels], scores[~labels]
+    if not len(positive) or not len(negative):
+        return 0.5
+    wins = (positive[:, None] > negative[None]).double() + 0.5 * (
+        positive[:, None] == negative[None]
+    )
+    return float(wins.mean())

@@ -13,6 +13,7 @@ from rlvr.config import AlgoConfig
 from rlvr.types import Batch, Trajectory
 
 CALIBRATION_STREAM = 5  # sampling seeds apart from training 0, eval 1, River 2, RGPO 3, debate 4
+WEAK_AUC = 0.7  # below this the critic's verdicts carry too little signal to train on alone
 
 
 def reply_shape(trajectories: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,9 +46,22 @@ class CriticJudge:
         self.calibration = Calibration.fit(values, *reply_shape(rollouts), labels)
         return {
             "rfpo/calibration_agreement": self.calibration.agreement,
+            "rfpo/calibration_auc": self.calibration.auc,
             "rfpo/calibration_accuracy": float(labels.float().mean()),
             "rfpo/tau": self.calibration.tau,
         }
+
+    def weak_judge(self) -> str | None:
+        """What to tell the user when the calibrated critic barely tells right from wrong."""
+        c = self.calibration
+        if c.auc >= WEAK_AUC:
+            return None
+        return (
+            f"RFPO: the critic separates right from wrong held-out replies with AUC {c.auc:.2f} "
+            f"(its best threshold agrees with the verifier on {c.agreement:.0%} of them), so "
+            "its verdicts carry little signal and a policy trained on them alone will drift. "
+            "Fix: more algo.rfpo_label_steps, or algo.rfpo_label_share > 0 to keep some labels"
+        )
 
     def judge(
         self,

@@ -500,6 +500,9 @@ class Trainer:
                     self.source.evaluator, self.components.task, self.critic,
                     self.cfg.rollout.group_size, pad_id, step,
                 ))  # fmt: skip
+            warning = self.judge.weak_judge()
+            if warning:
+                self.display.message(f"[yellow]{warning}")
         with timed(timings, "time/values"):
             batch = Batch.from_trajectories(trajectories, pad_id)
             values = self.critic.values(batch)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlvr.algos.critic_reward import Calibration, length_cells
+from rlvr.algos.critic_reward import Calibration, length_cells, separation
 
 
 def test_cells_are_length_deciles_split_by_whether_the_reply_was_cut_off():
@@ -26,7 +26,7 @@ def test_calibration_centres_each_cell_and_finds_the_threshold_that_agrees_best(
     assert fit.baselines[0] == pytest.approx(values.double().mean().item())
     # margins: 0.267 0.167 -0.433 | 0.133 -0.367 0.233; labels split them between 0.133 and 0.167
     assert fit.tau == pytest.approx((0.6 - cut + 0.8 - finished) / 2)
-    assert fit.agreement == 1.0
+    assert fit.agreement == 1.0 and fit.auc == 1.0  # every right reply's margin is higher
     verdicts = fit.verdicts(torch.tensor([0.8, 0.7, 0.5]), torch.tensor([12, 12, 12]),
                             torch.tensor([False, False, True]))  # fmt: skip
     # margins 0.167, 0.067 (finished) and 0.033 (cut off) against tau 0.15
@@ -41,11 +41,19 @@ def test_calibration_reports_the_agreement_a_threshold_cannot_improve():
     # margins -0.15 -0.05 0.05 0.15: thresholds between the first two or the last two agree on 3
     # of 4; the lowest such is taken
     assert fit.agreement == 0.75 and fit.tau == pytest.approx(-0.1)
+    assert fit.auc == 0.75  # of the 4 (right, wrong) pairs, the right one is higher in 3
 
 
 def test_when_every_reply_failed_the_threshold_passes_none():
     values = torch.tensor([0.0, 0.0, 0.0])
     lengths, truncated = torch.full((3,), 5), torch.zeros(3, dtype=torch.bool)
     fit = Calibration.fit(values, lengths, truncated, torch.zeros(3, dtype=torch.bool))
-    assert fit.agreement == 1.0 and fit.tau == 1.0
+    assert fit.agreement == 1.0 and fit.tau == 1.0 and fit.auc == 0.5  # one class: no ranking
     assert fit.verdicts(values, lengths, truncated).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_separation_counts_ties_as_half():
+    scores = torch.tensor([0.3, 0.3, 0.1, 0.5])
+    labels = torch.tensor([True, False, False, True])
+    # pairs (right, wrong): (0.3, 0.3) tie, (0.3, 0.1) win, (0.5, 0.3) win, (0.5, 0.1) win
+    assert separation(scores, labels) == pytest.approx(3.5 / 4)

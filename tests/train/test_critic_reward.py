@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from rlvr.algos.advantages import at_last_policy_token
+from rlvr.algos.critic_reward import Calibration
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards import REWARDS
-from rlvr.train.critic_reward import reply_shape
+from rlvr.train.critic_reward import CriticJudge, reply_shape
 from rlvr.train.trainer import Trainer
 from rlvr.types import Score
 
@@ -102,3 +103,11 @@ def test_a_resumed_run_judges_with_the_calibration_it_saved(fast_overrides, tmp_
 def test_rfpo_needs_an_undiscounted_unbootstrapped_critic(fast_overrides):
     with pytest.raises(ConfigError, match="algo.advantage=gae, algo.gamma=1, algo.lam=1"):
         load_config(None, [*fast_overrides, *RFPO, "algo.lam=0.95"])
+
+
+def test_a_critic_that_barely_separates_right_from_wrong_is_reported():
+    judge = CriticJudge(load_config(None, RFPO).algo, seed=0)
+    judge.calibration = Calibration([0.0] * 9, [0.0] * 20, tau=-0.01, agreement=0.71, auc=0.52)
+    assert "AUC 0.52" in judge.weak_judge() and "71%" in judge.weak_judge()
+    judge.calibration = Calibration([0.0] * 9, [0.0] * 20, tau=0.1, agreement=0.93, auc=0.9)
+    assert judge.weak_judge() is None
