@@ -70,9 +70,9 @@ def test_repeated_turns_have_their_advantages_lowered(fast_overrides):
         trainer.rollout = sampled
         prepare = trainer.prepare_update
 
-        def recording(batch, baselines, segments, components, timings, offsets=None):
-            data, extra = prepare(batch, baselines, segments, components, timings, offsets)
-            plain, _ = prepare(batch, baselines, segments, components, {}, None)
+        def recording(batch, baselines, segments, components, timings, offsets=None, *rest):
+            data, extra = prepare(batch, baselines, segments, components, timings, offsets, *rest)
+            plain, _ = prepare(batch, baselines, segments, components, {}, None, *rest)
             seen.update(turn_ids=batch.turn_ids, shaped=data.advantages, plain=plain.advantages)
             return data, extra
 

@@ -235,7 +235,9 @@ WORD_PROBLEMS = [  # a small file: 32 training rows once 8 are held out for eval
 def test_a_files_warm_start_stops_on_its_held_out_rows_with_their_best_weights(
     tokenizer, monkeypatch
 ):
-    cfg = load_config(None, [*WORD_PROBLEMS, "model.pretrain_steps=1000"])
+    cfg = load_config(
+        None, [*WORD_PROBLEMS, "model.pretrain_steps=1000", "model.pretrain_batch_size=2"]
+    )
     task = build_task(cfg)
     held = warmstart.held_out_rows(cfg, task)
     assert held == round(0.1 * task.train_size) > 0
