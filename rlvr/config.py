@@ -103,8 +103,8 @@ class ModelConfig(Section):
         0.1,
         ge=0,
         lt=1,
-        description="Tiny model only: share of a finite task's training rows (a JSONL file's) "
-        "kept out of the warm start to stop it early: their loss is measured every 25 steps, "
+        description="Tiny model only: share of a finite task's training rows (a JSONL file's; "
+        "at most 256) kept out of the warm start to stop it early: their loss is measured every 25 steps, "
         "and after 4 measurements without a new best the warm start stops with its best "
         "weights, so a small file is not memorised. 0: every row, all pretrain_steps.",
     )

@@ -35,6 +35,7 @@ CRITIQUE_SHARE = 0.5  # under a debate, demonstrations shown in the critic's lay
 SFT_PIECES = 4  # length-sorted micro-batches of a warm-start step whose lengths vary widely
 HOLDOUT_EVERY = 25  # warm-start steps between two measurements of the held-out rows' loss
 HOLDOUT_PATIENCE = 4  # measurements without a new best before the warm start stops
+HOLDOUT_CAP = 256  # held-out rows at most: a large file's share would make each measurement slow
 
 
 def pretrain_batch_size(cfg: Config, task: Task) -> int:
@@ -78,7 +79,7 @@ def warm_start_key(cfg: Config, task: Task) -> str:
         # A path is not its contents: a rewritten file must not reuse the old rows' warm start.
         settings["data"] = task.fingerprint()
     if held_out_rows(cfg, task):
-        settings["holdout"] = [m.pretrain_holdout, HOLDOUT_EVERY, HOLDOUT_PATIENCE]
+        settings["holdout"] = [m.pretrain_holdout, HOLDOUT_EVERY, HOLDOUT_PATIENCE, HOLDOUT_CAP]
     if hasattr(task, "fit_prompts") and cfg.task.long_prompts != "error":
         # Skipped or truncated rows depend on the room a prompt has.
         settings["fit"] = [cfg.task.long_prompts, cfg.rollout.max_new_tokens]
@@ -217,10 +218,10 @@ def sft_backward(model, examples: list[tuple[list[int], list[int]]], pad_id: int
 
 def held_out_rows(cfg: Config, task: Task) -> int:
     """How many of a finite task's training rows (a file's: `task.train_size`) the warm start
-    holds out to stop itself on (model.pretrain_holdout); 0 for a generated task, or when too
-    few rows are left to train on."""
+    holds out to stop itself on (model.pretrain_holdout, at most HOLDOUT_CAP); 0 for a generated
+    task, or when too few rows are left to train on."""
     rows = getattr(task, "train_size", 0)
-    held = round(cfg.model.pretrain_holdout * rows)
+    held = min(round(cfg.model.pretrain_holdout * rows), HOLDOUT_CAP)
     return held if 0 < held <= rows - 2 else 0
 
 
@@ -228,12 +229,18 @@ def held_out_loss(model, tokenizer, task: Task, rows: int) -> float:
     """Mean next-token loss over the trained tokens of the correct demonstrations of the first
     `rows` training problems (one epoch's first rows: distinct problems)."""
     examples = [e for index in range(rows) for e in sft_examples(tokenizer, task, index, False)]
-    input_ids, attention, labels = padded(examples, tokenizer.pad_token_id)
+    total, tokens = 0.0, 0
     model.eval()
     with torch.no_grad():
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        for start in range(0, len(examples), DEFAULT_BATCH_SIZE):
+            input_ids, attention, labels = padded(
+                examples[start : start + DEFAULT_BATCH_SIZE], tokenizer.pad_token_id
+            )
+            count = int((labels[:, 1:] != -100).sum())
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            total, tokens = total + float(loss) * count, tokens + count
     model.train()
-    return float(loss)
+    return total / max(tokens, 1)
 
 
 def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) -> dict:

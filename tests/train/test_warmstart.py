@@ -287,3 +287,24 @@ def test_a_files_warm_start_logs_its_held_out_loss(tmp_path, monkeypatch):
     ((step, loss),) = log["held_out_loss"]
     assert step == 25 and 0 < loss < 10
     assert f"lowest ({loss:.3f}) at step 25" in warmstart.held_out_summary(path)
+
+
+def test_the_held_out_loss_is_one_token_weighted_mean_however_it_is_chunked(monkeypatch):
+    cfg = load_config(None, WORD_PROBLEMS)
+    task, tokenizer = build_task(cfg), build_tokenizer()
+    model = build_model("nano", tokenizer)
+    examples = [e for index in range(5) for e in sft_examples(tokenizer, task, index, False)]
+    input_ids, attention, labels = padded(examples, tokenizer.pad_token_id)
+    with torch.no_grad():
+        whole = float(model(input_ids=input_ids, attention_mask=attention, labels=labels).loss)
+    monkeypatch.setattr(warmstart, "DEFAULT_BATCH_SIZE", 2)  # pieces of 2, 2 and 1 rows
+    assert warmstart.held_out_loss(model, tokenizer, task, 5) == pytest.approx(whole, rel=1e-6)
+
+
+def test_a_large_files_held_out_rows_are_capped():
+    cfg = load_config(None, WORD_PROBLEMS)
+
+    class LargeFile:
+        train_size = 100_000
+
+    assert warmstart.held_out_rows(cfg, LargeFile()) == warmstart.HOLDOUT_CAP
