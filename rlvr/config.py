@@ -678,7 +678,7 @@ class AlgoConfig(Section):
     rfpo_calibration_rollouts: int = Field(
         512,
         gt=0,
-        description="RFPO: held-out replies (to training problems no update sees) that calibrate "
+        description="RFPO: held-out replies (sampled for this alone, never trained on) that calibrate "
         "the baselines and tau against the verifier at the switch.",
     )
     dis_clip_low: float = Field(

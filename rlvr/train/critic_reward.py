@@ -33,8 +33,9 @@ class CriticJudge:
         return step >= self.algo.rfpo_label_steps
 
     def calibrate(self, runner, task, critic, group_size: int, pad_id: int, step: int) -> dict:
-        """Sample algo.rfpo_calibration_rollouts replies to training problems that no update
-        sees, score them with the verifier, and fit the baselines and threshold to those labels."""
+        """Sample algo.rfpo_calibration_rollouts replies to randomly drawn training problems, on
+        a seed stream of their own and never trained on, score them with the verifier, and fit
+        the baselines and threshold to those labels."""
         rng = random.Random(f"rfpo:{self.seed}")
         count = -(-self.algo.rfpo_calibration_rollouts // group_size)
         problems = [task.train_problem(rng.randrange(10**9)) for _ in range(count)]
