@@ -215,7 +215,7 @@ def build_components(cfg: Config) -> Components:
             "replies, which take their episode's advantage: it does not combine with a "
             f"multi-turn task ('{cfg.task.name}' has its own env) or with an estimator that "
             f"reads per-row values or probes ('{cfg.algo.advantage}'). Fix: a single-turn task "
-            "and e.g. algo.advantage=dr_grpo, or rollout.dispatch_threads=false"
+            "and a critic-free estimator (rlvr list advantages), or rollout.dispatch_threads=false"
         )
     if cfg.rollout.tree_width == 1:
         raise ConfigError("rollout.tree_width = 1 cannot branch. Fix: 2 or more, or 0 for none.")
