@@ -1,7 +1,15 @@
+import os
+
 import pytest
 import torch
 
 from rlvr.models.tiny import build_model, build_tokenizer
+
+# Under pytest-xdist each worker is a process of its own: one torch thread each keeps the
+# workers from fighting over the cores (the README's `pytest` runs one worker per core).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +26,12 @@ def tiny_model(tokenizer):
 
 @pytest.fixture(scope="session")
 def rlvr_home(tmp_path_factory):
-    """One warm-start cache for the whole test session."""
+    """One warm-start cache for the whole test session, shared by its workers: the warm start's
+    lock makes the second one to need a model wait for it instead of training it again."""
+    if WORKER:  # each worker's base temp is a folder of the session's
+        home = tmp_path_factory.getbasetemp().parent / "rlvr_home"
+        home.mkdir(exist_ok=True)
+        return home
     return tmp_path_factory.mktemp("rlvr_home")
 
 

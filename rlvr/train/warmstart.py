@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from transformers import get_cosine_schedule_with_warmup
 
 from rlvr.config import Config
@@ -289,10 +290,19 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
 
 
 def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
-    """The cached warm-started tiny model for these settings and data, built on first use."""
+    """The cached warm-started tiny model for these settings and data, built on first use. Runs
+    that start together share one build: the others wait on its lock, then load it."""
     path = warm_start_path(cfg, task)
     if (path / COMPLETE).is_file():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path.with_name(f".{path.name}.lock")):
+        if (path / COMPLETE).is_file():  # built by the run that held the lock
+            return path
+        return build_warm_start(cfg, task, path, on_step)
+
+
+def build_warm_start(cfg: Config, task: Task, path: Path, on_step=None) -> Path:
     tokenizer = build_tokenizer(getattr(task, "added_tokens", ()))
     model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed)
     trained = supervised_train(model, tokenizer, task, cfg, on_step)

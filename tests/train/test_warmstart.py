@@ -1,5 +1,7 @@
 import json
 import random
+import threading
+import time
 
 import pytest
 import torch
@@ -96,6 +98,30 @@ def test_warm_start_is_cached_by_settings(tmp_path, monkeypatch):
         None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4", "task.digits=2"]
     )
     assert warm_start_path(other, build_task(other)) != path
+
+
+def test_runs_that_start_together_build_one_warm_start(tmp_path, monkeypatch):
+    """The second run waits on the first one's lock and loads its model, instead of training
+    its own (and both renaming over one another)."""
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    cfg = load_config(None, ["model.pretrain_steps=2", "model.pretrain_batch_size=4"])
+    start, steps, paths = threading.Barrier(2), [], []
+
+    def on_step(step, loss):
+        steps.append(step)
+        time.sleep(0.5)  # the other run is past its cache check by now, waiting on the lock
+
+    def run():
+        start.wait()
+        paths.append(ensure_warm_start(cfg, build_task(cfg), on_step))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert steps == [1, 2] and paths == [warm_start_path(cfg, build_task(cfg))] * 2
+    assert (paths[0] / "config.json").is_file()
 
 
 @pytest.mark.parametrize(
