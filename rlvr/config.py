@@ -627,12 +627,38 @@ class AlgoConfig(Section):
         description="RGPO: weight of the NLL of each hinted reply that beats every unhinted "
         "rollout of its problem, taught on the prompt without the hint (the paper: 0.001).",
     )
-    tis: Literal["off", "token", "sequence"] = Field(
+    tis: Literal["off", "token", "sequence", "sequence_mask"] = Field(
         "off",
         description="Truncated importance sampling against rollout/training mismatch: weigh each "
-        "token (or sequence) by pi_train / pi_engine, capped at tis_cap.",
+        "token (or sequence) by pi_train / pi_engine, capped at tis_cap. sequence_mask (C3PO): "
+        "a sequence keeps its ratio inside [1 / tis_cap, tis_cap] and is dropped outside.",
     )
-    tis_cap: float = Field(2.0, gt=0, description="Upper bound of the truncated IS weights.")
+    tis_cap: float = Field(
+        2.0,
+        gt=1,
+        description="Upper bound of the truncated IS weights (sequence_mask: the band is "
+        "[1 / tis_cap, tis_cap]).",
+    )
+    weight_samples: int = Field(
+        0,
+        ge=0,
+        description="3PO/C3PO: each step draws this many weight samples from a diagonal Gaussian "
+        "posterior around the trainable weights (the adapters under model.lora), and each "
+        "samples rollout.group_size / weight_samples replies of every group; advantages still "
+        "pool the whole group. Needs algo.tis=sequence_mask. 0: off.",
+    )
+    weight_noise_ess: float = Field(
+        1e4,
+        gt=0,
+        description="3PO: the posterior's effective sample size lambda: sigma = 1 / sqrt(lambda "
+        "* (h + weight_noise_floor)), h the optimizer's running mean of squared gradients.",
+    )
+    weight_noise_floor: float = Field(
+        0.1,
+        gt=0,
+        description="3PO: the posterior's prior precision delta, which sets sigma where the "
+        "squared gradients are small (1 / sqrt(lambda * delta) before the first update).",
+    )
     critic_lr: float = Field(
         1e-4, gt=0, description="gae: learning rate of the critic (a separate value model)."
     )
@@ -1003,6 +1029,8 @@ class Config(Section):
                 "distributed.backend=ray and distributed.trainer_ranks=2 or more (or "
                 "distributed.trainer_sharding=replicate)"
             )
+        if a.weight_samples:
+            self._check_weight_samples()
         if r.max_staleness and a.tis == "off":
             raise ValueError(
                 f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
@@ -1086,6 +1114,37 @@ class Config(Section):
                 "algo.dynamic_sampling's extra rounds would reorder; fix: turn one of them off"
             )
         return self
+
+    def _check_weight_samples(self) -> None:
+        """3PO samples every reply of the in-process rollout from a weight draw of the policy's
+        own parameters, and trains on them through the sequence-level IS mask."""
+        r, a = self.rollout, self.algo
+        if r.group_size % a.weight_samples:
+            raise ValueError(
+                f"algo.weight_samples = {a.weight_samples} splits each group's replies evenly "
+                f"over its weight draws, but rollout.group_size = {r.group_size} is not a "
+                "multiple of it; fix: choose a divisor of the group size"
+            )
+        if a.tis != "sequence_mask":
+            raise ValueError(
+                "algo.weight_samples trains on replies sampled from perturbed weights, which "
+                "needs C3PO's sequence-level importance mask; fix: algo.tis=sequence_mask"
+            )
+        others = {
+            "distributed.backend=ray": self.distributed.backend == "ray",
+            "rollout.engine=vllm": r.engine != "hf",
+            "rollout.tree_width": bool(r.tree_width),
+            "rollout.branch_model": bool(r.branch_model),
+            "rollout.dispatch_threads": r.dispatch_threads,
+            "debate.rounds": bool(self.debate.rounds),
+            "cohort.members": bool(self.cohort.members),
+        }
+        if clash := [name for name, on in others.items() if on]:
+            raise ValueError(
+                f"algo.weight_samples perturbs the weights the in-process engine samples with, "
+                f"one policy at a time; {', '.join(clash)} samples otherwise; fix: turn "
+                "those off (or algo.weight_samples=0)"
+            )
 
     def hash(self) -> str:
         """Hash of what determines the run's numbers (not where it logs)."""

@@ -11,6 +11,20 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     torch.set_num_threads(1)
 
+# Modules that start a local Ray: run on one worker, so two Rays never share the cores.
+ONE_RAY = ("tests/distributed/test_ray_rollout.py", "tests/distributed/test_ray_trainer.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Tests go one by one to whichever worker is free, except ONE_RAY's, which go together."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneRay(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if nodeid.split("::")[0] in ONE_RAY else nodeid
+
+    return OneRay(config, log)
+
 
 @pytest.fixture(scope="session")
 def tokenizer():

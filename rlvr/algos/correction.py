@@ -36,14 +36,25 @@ def truncated_is_weights(
     """Importance weights pi_train / pi_engine, truncated at `cap` (Yao et al., 2025: TIS).
 
     `token` weighs each token by its own ratio; `sequence` weighs every token of a sequence by
-    the product of its ratios. Zero off the mask; no gradient flows through them.
+    the product of its ratios; `sequence_mask` (C3PO) keeps a sequence's ratio where it lies in
+    [1 / cap, cap] and drops the sequence (weight 0) elsewhere. Zero off the mask; no gradient
+    flows through them.
     """
     log_ratio = ((train_logprobs - behaviour_logprobs) * loss_mask).clamp(-20, 20)
-    if level == "sequence":
+    if level in ("sequence", "sequence_mask"):
         log_ratio = log_ratio.sum(-1, keepdim=True).clamp(-20, 20).expand_as(loss_mask)
     elif level != "token":
-        raise ValueError(f"truncated IS level must be 'token' or 'sequence', got {level!r}")
+        raise ValueError(
+            f"truncated IS level must be 'token', 'sequence' or 'sequence_mask', got {level!r}"
+        )
     ratio = log_ratio.exp()
+    tokens = loss_mask.sum().clamp(min=1)
+    if level == "sequence_mask":
+        outside = (ratio < 1 / cap) | (ratio > cap)
+        weights = ratio.masked_fill(outside, 0.0) * loss_mask
+        return weights.detach(), {
+            "mismatch/masked_share": float((outside.float() * loss_mask).sum() / tokens)
+        }
     weights = ratio.clamp(max=cap) * loss_mask
-    capped = ((ratio > cap).float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+    capped = ((ratio > cap).float() * loss_mask).sum() / tokens
     return weights.detach(), {"mismatch/truncated_share": float(capped)}

@@ -11,6 +11,7 @@ from transformers import PreTrainedModel
 
 from rlvr.rollout.engine import Engine, SamplingParams
 from rlvr.rollout.runner import EpisodeRunner
+from rlvr.rollout.weight_noise import WeightNoise
 from rlvr.types import Problem, Trajectory
 
 
@@ -76,6 +77,7 @@ class InProcessRollout:
     def __init__(self, engine: Engine, runner: EpisodeRunner, evaluator: EpisodeRunner):
         self.engine, self.runner, self.evaluator = engine, runner, evaluator
         self.params = runner.params
+        self.noise: WeightNoise | None = None  # 3PO's posterior over the weights, when set
         self.timings: dict[str, float] = {}
         self.stats: dict[str, float] = {}
         self.version = 0
@@ -84,8 +86,13 @@ class InProcessRollout:
         return None
 
     def collect(self, problems, group_size, seed) -> list[Trajectory]:
-        trajectories = self.runner.collect(problems, group_size, seed)
+        if self.noise is None:
+            trajectories = self.runner.collect(problems, group_size, seed)
+        else:  # 3PO: an EpisodeRunner's replies, over weight draws (a tree's are refused)
+            trajectories = self.runner.collect(problems, group_size, seed, noise=self.noise)
         self.timings, self.stats = dict(self.runner.timings), dict(self.runner.stats)
+        if self.noise is not None:
+            self.stats.update(self.noise.metrics())
         for trajectory in trajectories:
             trajectory.stamp(self.version)
         return trajectories

@@ -12,7 +12,10 @@ from transformers import PreTrainedTokenizerBase
 from rlvr.envs.base import Env
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
 from rlvr.rollout.tokens import Conversation
+from rlvr.rollout.weight_noise import WeightNoise, weight_sample_of
 from rlvr.types import Message, Problem, StepResult, ThreadRow, Trajectory
+
+WEIGHT_NOISE_STREAM = 7  # seeds 3PO's weight draws apart from the replies' own sampling seeds
 
 # Why an episode ended: the env said done, or a budget ran out, or the env failed.
 ENDINGS = ("done", "max_turns", "max_tokens", "env_error")
@@ -103,11 +106,13 @@ class EpisodeRunner:
         seed: Sequence[int],
         params: SamplingParams | None = None,
         first_group: int = 0,
+        noise: WeightNoise | None = None,
     ) -> list[Trajectory]:
         """Trajectories ordered problem by problem, `group_size` each; sample i of the call is
         seeded from (*seed, i, turn), so the same call always samples the same tokens. Groups
         and samples are numbered from `first_group`: a share of a batch collected elsewhere
-        (another rollout worker) samples exactly what the whole batch would."""
+        (another rollout worker) samples exactly what the whole batch would. With `noise`
+        (3PO), each group's replies split over noise.samples weight draws, seeded from seed."""
         params = params or self.params
         self.timings = {"generate": 0.0, "env": 0.0}
         episodes = []
@@ -131,7 +136,15 @@ class EpisodeRunner:
                 seeds = [sample_seed(*seed, e.sample_index, turn) for e in chunk]
                 start = time.perf_counter()
                 prompts = [e.conversation.token_ids for e in chunk]
-                completions = self.engine.generate(prompts, params, seeds)
+                if noise is None:
+                    completions = self.engine.generate(prompts, params, seeds)
+                else:
+                    draws = [
+                        weight_sample_of(e.sample_index, group_size, noise.samples) for e in chunk
+                    ]
+                    completions = self._generate_per_draw(
+                        prompts, params, seeds, draws, noise, seed
+                    )
                 self.timings["generate"] += time.perf_counter() - start
                 for episode, completion in zip(chunk, completions):
                     completion = self._within_budget(episode, completion)
@@ -142,6 +155,19 @@ class EpisodeRunner:
                 self._record(episode, completion, step.result(), turn)
             self.timings["env"] += time.perf_counter() - start
         return [e.to_trajectory() for e in episodes]
+
+    def _generate_per_draw(self, prompts, params, seeds, draws, noise, seed) -> list[Completion]:
+        """One engine call per weight draw, each under its weights; completions in prompt order."""
+        completions: list = [None] * len(prompts)
+        for draw in sorted(set(draws)):
+            rows = [i for i, d in enumerate(draws) if d == draw]
+            with noise.sampled(sample_seed(*seed, draw, WEIGHT_NOISE_STREAM)):
+                drawn = self.engine.generate(
+                    [prompts[i] for i in rows], params, [seeds[i] for i in rows]
+                )
+            for i, completion in zip(rows, drawn):
+                completions[i] = completion
+        return completions
 
     def _room(self, episode: Episode) -> int:
         """Tokens the episode may still generate under max_total_tokens (a large number if none)."""

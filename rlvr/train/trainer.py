@@ -40,6 +40,7 @@ from rlvr.models.representation import sparse_projection, step_seed
 from rlvr.rollout.branching import branch_metrics
 from rlvr.rollout.guidance import Guidance, guided_step
 from rlvr.rollout.tree import segment_tensors
+from rlvr.rollout.weight_noise import WeightNoise
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
     Restored,
@@ -114,6 +115,9 @@ def load_policy(cfg: Config, components: Components, display: Display):
             if summary:  # a file's warm start that stopped on its held-out rows
                 display.message(summary)
     model, tokenizer = load_model(name, m.dtype, m.trust_remote_code, tokenizer=tokenizer)
+    # A warm start built just now drew from the global generators: reseed, so the adapters (and
+    # all that follows) start the same whether or not the warm start was cached.
+    seed_everything(cfg.train.seed)
     if m.lora.r > 0:  # the loaded weights freeze; only the adapters train
         model = apply_lora(model, m.lora)
     return model.to(resolve_device(m.device)), tokenizer
@@ -227,6 +231,12 @@ class Trainer:
                 cfg, self.tokenizer, model_path, self.source, self.model
             )
             self.updater.load(self.model, restored)
+            if cfg.algo.weight_samples:  # 3PO: rollouts sample around the optimizer's weights
+                a = cfg.algo
+                self.source.noise = WeightNoise(
+                    self.model, self.updater.optimizer, a.weight_samples, a.weight_noise_ess,
+                    a.weight_noise_floor,
+                )  # fmt: skip
         except BaseException:
             self.source.close()
             raise

@@ -21,6 +21,18 @@ def test_token_and_sequence_weights_golden():
     assert torch.allclose(w, expected, atol=1e-6)
 
 
+def test_sequence_mask_keeps_ratios_inside_the_band_and_drops_the_rest():
+    """C3PO: sequence log-ratios 0.5 (kept, e^0.5), 1.0 (e > 2: dropped), -0.9 (e^-0.9 < 0.5:
+    dropped), 0.6 (e^0.6 = 1.82, kept); the third sequence's padding stays 0."""
+    train = torch.tensor([[-1.0, -1.0], [-0.5, -0.5], [-1.0, 0.0], [-0.2, -0.2]])
+    behaviour = torch.tensor([[-1.25, -1.25], [-1.0, -1.0], [-0.1, 0.0], [-0.5, -0.5]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    w, metrics = truncated_is_weights(train, behaviour, mask, "sequence_mask", cap=2.0)
+    e5, e6 = math.exp(0.5), math.exp(0.6)
+    assert torch.allclose(w, torch.tensor([[e5, e5], [0.0, 0.0], [0.0, 0.0], [e6, e6]]))
+    assert metrics["mismatch/masked_share"] == pytest.approx(3 / 7)  # 3 of 7 policy tokens
+
+
 def test_no_mismatch_means_unit_weights_and_zero_diff():
     lp = torch.randn(3, 5).clamp(max=0)
     mask = torch.ones(3, 5)

@@ -17,9 +17,6 @@ from rlvr.train.trainer import Trainer
 
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install -c constraints.txt '.[ray]'")
 
-# One pytest-xdist worker runs every Ray test, so one local Ray runs at a time.
-pytestmark = pytest.mark.xdist_group("ray")
-
 SMALL = [
     "distributed.backend=ray",
     "task.digits=2",  # the warm start of the e2e runs: right about half the time, so it learns

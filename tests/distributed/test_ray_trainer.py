@@ -10,8 +10,6 @@ from rlvr.train.trainer import Trainer
 # the same small run as the rollout tests, in one local Ray for the module
 from .test_ray_rollout import SMALL, ray_session  # noqa: F401
 
-pytestmark = pytest.mark.xdist_group("ray")  # as test_ray_rollout's: one Ray at a time
-
 TWO_RANKS = [
     *SMALL,
     "distributed.trainer_ranks=2",
