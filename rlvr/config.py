@@ -648,7 +648,7 @@ class AlgoConfig(Section):
         "pool the whole group. Needs algo.tis=sequence_mask. 0: off.",
     )
     weight_noise_ess: float = Field(
-        1e4,
+        1e5,
         gt=0,
         description="3PO: the posterior's effective sample size lambda: sigma = 1 / sqrt(lambda "
         "* (h + weight_noise_floor)), h the optimizer's running mean of squared gradients.",
@@ -657,7 +657,8 @@ class AlgoConfig(Section):
         0.1,
         gt=0,
         description="3PO: the posterior's prior precision delta, which sets sigma where the "
-        "squared gradients are small (1 / sqrt(lambda * delta) before the first update).",
+        "squared gradients are small (1 / sqrt(lambda * delta) before the first update; 0.01 at "
+        "the defaults).",
     )
     critic_lr: float = Field(
         1e-4, gt=0, description="gae: learning rate of the critic (a separate value model)."

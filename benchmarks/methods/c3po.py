@@ -13,7 +13,7 @@ tokens the IS mask dropped, the posterior's mean sigma, seconds per step and wal
 the CPU, date and versions.
 
     python benchmarks/methods/c3po.py [--steps 30] [--eval-every 10] [--seeds 0 1]
-        [--arms grpo c3po c3po_n4] [--ess 1e4] [--floor 0.1]
+        [--arms grpo c3po c3po_n4] [--ess 1e5] [--floor 0.1]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--ess", type=float, default=1e4)
+    parser.add_argument("--ess", type=float, default=1e5)
     parser.add_argument("--floor", type=float, default=0.1)
     args = parser.parse_args()
     model = warm_start(RECIPE, [])
