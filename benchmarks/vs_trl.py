@@ -142,7 +142,7 @@ def run_trl(model_dir: str, out_dir: str, steps: int, every: int, overrides: lis
         output_dir=out_dir, num_generations=r.group_size, per_device_train_batch_size=r.batch_size,
         max_completion_length=r.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
         learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, num_iterations=1,
-        gradient_checkpointing=False, use_cpu=True, max_steps=steps, logging_steps=1,
+        gradient_checkpointing=False, use_cpu=not torch.cuda.is_available(), max_steps=steps, logging_steps=1,
         save_strategy="steps", save_steps=every, save_only_model=True, report_to="none",
         max_grad_norm=cfg.train.max_grad_norm,
         seed=cfg.train.seed, bf16=False,
@@ -170,6 +170,8 @@ def child(framework: str, model_dir: str, out_dir: str, steps: int, every: int,
     run = run_rlvr if framework == "rlvr" else run_trl
     result = run(model_dir, out_dir, steps, every, overrides)
     result.setdefault("peak_rss_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if torch.cuda.is_available():
+        result["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(result))
 
 
@@ -188,6 +190,7 @@ def summary(run: dict, target: float) -> dict:
         if reached is None
         else round(sum(run["step_seconds"][:reached]), 2),
         "peak_rss_mib": round(run["peak_rss_mib"], 1),
+        **({"peak_gpu_mib": round(run["peak_gpu_mib"], 1)} if "peak_gpu_mib" in run else {}),
         "steps": len(run["step_seconds"]),
     }
 
@@ -229,7 +232,8 @@ def main() -> None:
         for name, runs in results.items()
     }
     print(json.dumps({
-        "benchmark": "vs_trl", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
+        "benchmark": "vs_trl", "cpu": cpu_model(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "date": datetime.date.today().isoformat(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "trl": trl.__version__, "steps": args.steps, "target": args.target,
         "shape_name": args.shape, "overrides": overrides,

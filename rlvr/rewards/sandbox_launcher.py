@@ -26,6 +26,7 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SANDBOX_UID_BASE = 100_000  # root runs each program as its own uid so RLIMIT_NPROC is per run
 NS_UID = 1000  # the program's uid inside a user namespace; not 0, so exec drops all capabilities
+SINGLE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 KEYCTL_JOIN_SESSION_KEYRING = 1
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
@@ -169,6 +170,9 @@ def run_child(spec: dict, error_fd: int) -> None:
         os.closerange(3, error_fd)
         os.closerange(error_fd + 1, 65536)  # the status pipe among them
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp/work", "LANG": "C.UTF-8"}
+        # BLAS and OpenMP size their thread pools by the host's cores: on a 16-core machine
+        # OpenBLAS's buffers alone overran the memory cap before numpy's import finished.
+        env |= dict.fromkeys(SINGLE_THREAD, "1")
         if spec["pythonpath"]:
             env["PYTHONPATH"] = spec["pythonpath"]
         os.execve(spec["argv"][0], spec["argv"], env)

@@ -1,4 +1,5 @@
 import logging
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -167,3 +168,12 @@ def test_unreachable_hub_still_loads_a_cached_model(unreachable_hub, saved):
     (Path(repo) / "refs" / "main").write_text(revision)
     model, tokenizer = load_model("someone/tiny-chat")
     assert model.config.vocab_size == len(tokenizer) and tokenizer.chat_template
+
+
+def test_hub_kernels_stay_off_unless_the_user_asks(saved, monkeypatch):
+    # transformers 5.x turns them on by default and fetches them at train() on a GPU
+    model, _ = load_model(str(saved))
+    assert not getattr(model, "use_kernels", False)
+    monkeypatch.setenv("USE_HUB_KERNELS", "NO")
+    load_model(str(saved))
+    assert os.environ["USE_HUB_KERNELS"] == "NO"

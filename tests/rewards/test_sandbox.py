@@ -187,6 +187,7 @@ def test_environment_is_clean(sandbox, monkeypatch):
     result = run(sandbox, "import os; print(sorted(os.environ.items()))")
     assert "canary-value-7d1f" not in result.stdout
     expected = {"HOME": "/tmp/work", "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    expected |= {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     assert ast.literal_eval(result.stdout) == sorted(expected.items())
 
 
