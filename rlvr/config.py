@@ -847,6 +847,12 @@ class LogConfig(Section):
     run_dir: str = Field("runs", description="Parent directory of run directories.")
     name: str | None = Field(None, description="Run name; default is '<task>-<timestamp>'.")
     quiet: bool = Field(False, description="Plain log lines instead of a live progress bar.")
+    report: bool = Field(
+        True,
+        description="Write report.png and report.html when the run ends. Their plots take about "
+        "2 s, most of a very short run's finish: sweeps of such runs can skip them and write a "
+        "page later with `rlvr report RUN`.",
+    )
     report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
         default_factory=list,
         description="Experiment trackers fed every metrics.jsonl record, as TRL's report_to: "

@@ -37,6 +37,7 @@ def fast_overrides(rlvr_home, tmp_path, monkeypatch):
         "train.micro_batch_size=8",
         f"log.run_dir={tmp_path / 'runs'}",
         "log.quiet=true",
+        "log.report=false",  # about 2 s of plots a run; the report's own tests turn it on
     ]
 
 

@@ -116,8 +116,9 @@ class RunDir:
     def read_metrics(self) -> list[dict]:
         return _read_jsonl(self.metrics_file)
 
-    def write_summary(self, state: dict, config_hash: str) -> dict:
-        """The report, then summary.json: the last write of a finished run."""
+    def write_summary(self, state: dict, config_hash: str, report: bool = True) -> dict:
+        """The report (unless `report` is false), then summary.json: the last write of a
+        finished run."""
         summary = {
             "base_eval": state["base_eval"],
             "final_eval": state["final_eval"],
@@ -132,9 +133,11 @@ class RunDir:
             },
             "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
         }
-        plot_run(self.read_metrics(), self.path / "report.png", self.path.name)
+        if report:
+            plot_run(self.read_metrics(), self.path / "report.png", self.path.name)
         self.summary_file.write_text(json.dumps(summary, indent=2))
-        (self.path / "report.html").write_text(run_page(self.path))
+        if report:
+            (self.path / "report.html").write_text(run_page(self.path))
         return summary
 
     def read_summary(self) -> dict:

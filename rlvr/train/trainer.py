@@ -896,7 +896,7 @@ class Trainer:
         else:
             self.model.save_pretrained(self.run_dir.final)
             self.tokenizer.save_pretrained(self.run_dir.final)
-        summary = self.run_dir.write_summary(self.state, self.cfg.hash())
+        summary = self.run_dir.write_summary(self.state, self.cfg.hash(), self.cfg.log.report)
         base, final_eval = self.state["base_eval"], self.state["final_eval"]
         rows = [
             (k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}")

@@ -13,7 +13,7 @@ from rlvr.train.trainer import Trainer
 def test_a_finished_run_writes_its_page_and_the_cli_rewrites_and_compares(fast_overrides, tmp_path):
     for name, lr in (("a", "1e-4"), ("b", "1e-3")):
         Trainer(load_config(None, [*fast_overrides, "train.steps=2", f"train.lr={lr}",
-                                   f"log.name={name}"])).run()  # fmt: skip
+                                   f"log.name={name}", "log.report=true"])).run()  # fmt: skip
     run = tmp_path / "runs" / "a"
     page = (run / "report.html").read_text()
     assert page == run_page(run)

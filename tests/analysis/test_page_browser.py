@@ -21,7 +21,9 @@ def test_the_report_renders_in_headless_chromium(fast_overrides, tmp_path):
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="needs playwright: pip install playwright"
     )
-    Trainer(load_config(None, [*fast_overrides, "train.steps=2", "log.name=shown"])).run()
+    Trainer(
+        load_config(None, [*fast_overrides, "train.steps=2", "log.name=shown", "log.report=true"])
+    ).run()
     run = tmp_path / "runs" / "shown"
     samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     artifacts = Path(os.environ.get("RLVR_ARTIFACTS", tmp_path))

@@ -22,7 +22,8 @@ def two_steps(fast_overrides, monkeypatch, *overrides):
     cfg = load_config(
         None,
         fast_overrides
-        + ["train.steps=2", "task.rewards={parity: 1.0}", "algo.pass_k=2", *overrides],
+        + ["train.steps=2", "task.rewards={parity: 1.0}", "algo.pass_k=2"]
+        + ["task.eval_size=2", "train.eval_k=1", *overrides],  # nothing here reads the evals
     )
     trainer = Trainer(cfg)
     before = [p.detach().clone() for p in trainer.model.parameters()]

@@ -17,10 +17,12 @@ def metrics_by_step(run_dir):
 
 
 def test_run_directory_layout(fast_overrides, tmp_path):
-    cfg = load_config(None, fast_overrides + ["train.steps=3", "log.name=layout"])
+    cfg = load_config(
+        None, fast_overrides + ["train.steps=3", "log.name=layout", "log.report=true"]
+    )
     summary = Trainer(cfg).run()
     run = tmp_path / "runs" / "layout"
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.png"):
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.png", "report.html"):
         assert (run / name).is_file(), name
     assert json.loads((run / "summary.json").read_text())["steps"] == 3
     assert set(summary["base_eval"]) >= {"eval/accuracy", "eval/pass@1", "eval/pass@2"}
