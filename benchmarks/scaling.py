@@ -28,13 +28,14 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vs_trl import cpu_model, shared_setup  # noqa: E402
+from vs_trl import COMMON, cpu_model, shared_setup  # noqa: E402
 
 BASE = {"prompts": 16, "group_size": 8, "max_new_tokens": 48}
 
 
 def overrides(shape: dict[str, int]) -> list[str]:
     return [
+        *COMMON,
         f"rollout.batch_size={shape['prompts'] * shape['group_size']}",
         f"rollout.group_size={shape['group_size']}",
         f"rollout.max_new_tokens={shape['max_new_tokens']}",

@@ -39,6 +39,8 @@ from pathlib import Path
 import torch
 import transformers
 
+# TRL's side reads the same settings from the resolved config (lr, schedule, KL coefficient)
+COMMON = ["train.lr=1e-4", "train.lr_schedule=constant", "train.eval_k=1"]
 SHAPES = {
     "default": [],
     "long": [
@@ -68,7 +70,8 @@ def shared_setup(overrides: list[str]):
     return cfg, components, Display(True), load_policy
 
 
-def final_accuracy(model_dir: str, overrides: list[str]) -> float:
+def final_eval(model_dir: str, overrides: list[str]) -> dict[str, float]:
+    """rlvr's held-out eval of a saved model: greedy accuracy, and pass@k at train.eval_k."""
     from rlvr.models.loading import load_model
     from rlvr.train.evaluate import evaluate
     from rlvr.train.setup import make_runner
@@ -76,8 +79,7 @@ def final_accuracy(model_dir: str, overrides: list[str]) -> float:
     cfg, components, _, _ = shared_setup(overrides)
     model, tokenizer = load_model(model_dir, "float32", False)
     runner = make_runner(cfg, model.eval(), tokenizer, components)
-    metrics = evaluate(runner, components.task.eval_problems(), 1, cfg.train.seed, 0)
-    return metrics["eval/accuracy"]
+    return evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
 
 
 def run_rlvr(model_dir: str, out_dir: str, steps: int, every: int, overrides: list[str]) -> dict:
@@ -86,19 +88,19 @@ def run_rlvr(model_dir: str, out_dir: str, steps: int, every: int, overrides: li
 
     cfg = load_config(None, [
         *overrides, f"model.name={model_dir}", f"train.steps={steps}", f"train.eval_every={every}",
-        "train.eval_k=1",
-        "train.save_every=0", "train.lr=1e-4", "train.lr_schedule=constant",
-        f"log.run_dir={out_dir}", "log.name=rlvr", "log.quiet=true",
+        "train.save_every=0", f"log.run_dir={out_dir}", "log.name=rlvr", "log.quiet=true",
     ])  # fmt: skip
     trainer = Trainer(cfg)
     trainer.run()
     metrics = trainer.run_dir.read_metrics()
     records = [r for r in metrics if "time/step" in r]
+    evals = {r["step"]: r for r in metrics if "eval/accuracy" in r}
     return {
         "step_seconds": [r["time/step"] for r in records],
         "generated_tokens": [r["tokens/generated"] for r in records],
-        "accuracy_by_step": {
-            r["step"]: r["eval/accuracy"] for r in metrics if "eval/accuracy" in r
+        "accuracy_by_step": {step: r["eval/accuracy"] for step, r in evals.items()},
+        "eval_by_step": {
+            step: {k: v for k, v in r.items() if k.startswith("eval/")} for step, r in evals.items()
         },
     }
 
@@ -141,7 +143,8 @@ def run_trl(model_dir: str, out_dir: str, steps: int, every: int, overrides: lis
     args = GRPOConfig(
         output_dir=out_dir, num_generations=r.group_size, per_device_train_batch_size=r.batch_size,
         max_completion_length=r.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
-        learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0, num_iterations=1,
+        learning_rate=cfg.train.lr, lr_scheduler_type=cfg.train.lr_schedule,
+        beta=cfg.algo.kl_coef, num_iterations=1,
         gradient_checkpointing=False, use_cpu=not torch.cuda.is_available(), max_steps=steps, logging_steps=1,
         save_strategy="steps", save_steps=every, save_only_model=True, report_to="none",
         max_grad_norm=cfg.train.max_grad_norm,
@@ -155,12 +158,13 @@ def run_trl(model_dir: str, out_dir: str, steps: int, every: int, overrides: lis
     )  # fmt: skip
     trainer.train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before rlvr's evals
-    accuracy = {0: final_accuracy(model_dir, overrides)}
+    evals = {0: final_eval(model_dir, overrides)}
     for checkpoint in sorted(Path(out_dir).glob("checkpoint-*"), key=lambda p: int(p.name[11:])):
         tokenizer.save_pretrained(checkpoint)
-        accuracy[int(checkpoint.name[11:])] = final_accuracy(str(checkpoint), overrides)
+        evals[int(checkpoint.name[11:])] = final_eval(str(checkpoint), overrides)
+    accuracy = {step: e["eval/accuracy"] for step, e in evals.items()}
     return {"step_seconds": timings, "generated_tokens": generated, "accuracy_by_step": accuracy,
-            "peak_rss_mib": peak}  # fmt: skip
+            "eval_by_step": evals, "peak_rss_mib": peak}  # fmt: skip
 
 
 def child(framework: str, model_dir: str, out_dir: str, steps: int, every: int,
@@ -207,7 +211,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(*args.child, args.steps, args.eval_every, args.overrides)
-    overrides = SHAPES[args.shape] + args.overrides
+    overrides = COMMON + SHAPES[args.shape] + args.overrides
     cfg, components, display, load_policy = shared_setup(overrides)
     results: dict[str, list[dict]] = {"rlvr": [], "trl": []}
     with tempfile.TemporaryDirectory() as work:

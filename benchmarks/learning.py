@@ -1,0 +1,141 @@
+"""How reliably each framework turns steps into accuracy: rlvr against TRL's GRPOTrainer on the
+built-in tasks, several seeds each, from the same warm start.
+
+For each task and seed both frameworks train the task's warm-started tiny model (built once per
+task, saved as a Hugging Face directory) on the same prompts through the same chat template,
+with the same reward function, completions per step, group size, lengths, lr, schedule,
+temperature 1 and KL coefficient, each in its own process (vs_trl.py's children; the seed is
+train.seed, which both read). Every --eval-every steps each side's model is scored by rlvr's
+eval: greedy accuracy, pass@1 and pass@k (k = train.eval_k) and response length on the task's
+held-out problems. Prints one JSON object: per task and framework, each seed's curves, the mean
+and spread of greedy accuracy at every eval, the median seconds per step, the seconds of
+training to each eval, and whether the best accuracy held to the last eval (within 0.05).
+--plot writes the greedy-accuracy curves (mean and min-max band over seeds).
+
+TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
+
+    python benchmarks/learning.py [--tasks countdown arithmetic] [--seeds 0 1 2] [--steps 100]
+                                  [--eval-every 10] [--plot learning.png] [section.key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).parent))
+from vs_trl import cpu_model, shared_setup  # noqa: E402
+
+# Each task as overrides of the default config (a child process reads no config file);
+# countdown is examples/countdown.toml's setting.
+TASKS = {
+    "arithmetic": [],
+    "countdown": [
+        "model.preset=micro", "model.pretrain_steps=1200", "task.name=countdown", "task.count=3",
+        "task.max_number=20", "task.rewards={countdown: 1.0, format: 0.1}",
+        "rollout.max_new_tokens=64", "algo.kl_coef=0.01",
+    ],
+}  # fmt: skip
+COMMON = ["train.lr_schedule=constant", "train.eval_k=4"]
+
+
+def run(framework: str, model_dir: str, out: str, args, overrides: list[str]) -> dict:
+    command = [sys.executable, str(Path(__file__).with_name("vs_trl.py")), "--steps",
+               str(args.steps), "--eval-every", str(args.eval_every), "--child", framework,
+               model_dir, out, *overrides]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def curves(seeds: list[dict]) -> dict:
+    """Mean and spread over seeds of each eval's greedy accuracy, and training seconds to it."""
+    steps = sorted(int(s) for s in seeds[0]["eval_by_step"])
+    accuracy = [[r["eval_by_step"][str(s)]["eval/accuracy"] for r in seeds] for s in steps]
+    seconds = [statistics.fmean(sum(r["step_seconds"][:s]) for r in seeds) for s in steps]
+    held = [
+        max(curve) - curve[-1] <= 0.05
+        for curve in ([r["eval_by_step"][str(s)]["eval/accuracy"] for s in steps] for r in seeds)
+    ]
+    return {
+        "steps": steps,
+        "accuracy_mean": [round(statistics.fmean(a), 4) for a in accuracy],
+        "accuracy_min": [min(a) for a in accuracy],
+        "accuracy_max": [max(a) for a in accuracy],
+        "train_seconds": [round(s, 1) for s in seconds],
+        "seconds_per_step_median": round(
+            statistics.median(t for r in seeds for t in r["step_seconds"][1:]), 3
+        ),
+        "best_held_on_every_seed": all(held),
+    }
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
+    for ax, (task, frameworks) in zip(axes[0], results.items()):
+        for name, result in frameworks.items():
+            c = result["summary"]
+            ax.plot(c["steps"], c["accuracy_mean"], marker=".", label=name)
+            ax.fill_between(c["steps"], c["accuracy_min"], c["accuracy_max"], alpha=0.2)
+        ax.set(title=task, xlabel="step", ylabel="greedy accuracy (held-out)", ylim=(0, 1))
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--plot", help="write the curves to this PNG")
+    parser.add_argument("overrides", nargs="*", help="section.key=value for every task")
+    args = parser.parse_args()
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for task in args.tasks:
+            overrides = COMMON + TASKS[task] + args.overrides
+            cfg, components, display, load_policy = shared_setup(overrides)
+            model, tokenizer = load_policy(cfg, components, display)  # the warm start, cached
+            model_dir = f"{work}/{task}-model"
+            model.save_pretrained(model_dir)
+            tokenizer.save_pretrained(model_dir)
+            runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}
+            for seed in args.seeds:
+                for framework in runs:
+                    out = f"{work}/{task}-{framework}-{seed}"
+                    seeded = [*overrides, f"train.seed={seed}"]
+                    runs[framework].append(run(framework, model_dir, out, args, seeded))
+            results[task] = {
+                name: {"summary": curves(seeds), "seeds": seeds} for name, seeds in runs.items()
+            }
+    if args.plot:
+        plot(results, args.plot)
+    import trl
+
+    print(json.dumps({
+        "benchmark": "learning", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "trl": trl.__version__, "steps": args.steps, "eval_every": args.eval_every,
+        "seeds": args.seeds, "results": results,
+    }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
