@@ -105,8 +105,12 @@ def from_pretrained(loader, name: str, key: str = POLICY_KEY, **kwargs):
     """`loader.from_pretrained(name, **kwargs)`, from the local cache alone while the hub cannot
     be reached; ModelNotFoundError with the fix when it fails (`key`: the setting that named it)."""
     cache_only = local_files_only(name)
+    # transformers 5.x loads models with hub kernels on, and then fetches them from the hub at
+    # every train()/eval() on a GPU: offline that crashes, and online the policy would get
+    # numerics its reference and vLLM do not share. Off for the process unless the user chose.
+    os.environ.setdefault("USE_HUB_KERNELS", "NO")
     try:
-        with offline(cache_only), without_hub_kernels():
+        with offline(cache_only):
             return loader.from_pretrained(name, local_files_only=cache_only, **kwargs)
     except (OSError, ValueError) as e:
         raise ModelNotFoundError(explain_load_error(name, e, key, cache_only)) from e
@@ -123,20 +127,6 @@ def offline(on: bool) -> Iterator[None]:
         yield
     finally:
         huggingface_hub.constants.HF_HUB_OFFLINE = before
-
-
-@contextmanager
-def without_hub_kernels() -> Iterator[None]:
-    """Load with transformers' hub kernels off unless the user set USE_HUB_KERNELS: from 5.x it
-    swaps layers for kernels downloaded from the hub on every train()/eval() on a GPU, which
-    crashes offline and would give the policy numerics its reference and vLLM do not share."""
-    chosen = os.environ.get("USE_HUB_KERNELS")
-    os.environ["USE_HUB_KERNELS"] = chosen or "NO"
-    try:
-        yield
-    finally:
-        if chosen is None:
-            del os.environ["USE_HUB_KERNELS"]
 
 
 def load_tokenizer(

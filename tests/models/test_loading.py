@@ -172,8 +172,9 @@ def test_unreachable_hub_still_loads_a_cached_model(unreachable_hub, saved):
 
 def test_hub_kernels_stay_off_unless_the_user_asks(saved, monkeypatch):
     # transformers 5.x turns them on by default and fetches them at train() on a GPU
+    monkeypatch.delenv("USE_HUB_KERNELS", raising=False)
     model, _ = load_model(str(saved))
     assert not getattr(model, "use_kernels", False)
-    monkeypatch.setenv("USE_HUB_KERNELS", "NO")
+    monkeypatch.setenv("USE_HUB_KERNELS", "1")
     load_model(str(saved))
-    assert os.environ["USE_HUB_KERNELS"] == "NO"
+    assert os.environ["USE_HUB_KERNELS"] == "1"  # the user's choice stands
