@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +32,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vs_trl import cpu_model, shared_setup  # noqa: E402
+from vs_trl import cpu_model, run_child, shared_setup  # noqa: E402
 
 # Each task as overrides of the default config (a child process reads no config file);
 # countdown is examples/countdown.toml's setting.
@@ -46,16 +45,6 @@ TASKS = {
     ],
 }  # fmt: skip
 COMMON = ["train.lr_schedule=constant", "train.eval_k=4"]
-
-
-def run(framework: str, model_dir: str, out: str, args, overrides: list[str]) -> dict:
-    command = [sys.executable, str(Path(__file__).with_name("vs_trl.py")), "--steps",
-               str(args.steps), "--eval-every", str(args.eval_every), "--child", framework,
-               model_dir, out, *overrides]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
 
 
 def curves(seeds: list[dict]) -> dict:
@@ -121,7 +110,9 @@ def main() -> None:
                 for framework in runs:
                     out = f"{work}/{task}-{framework}-{seed}"
                     seeded = [*overrides, f"train.seed={seed}"]
-                    runs[framework].append(run(framework, model_dir, out, args, seeded))
+                    runs[framework].append(
+                        run_child(framework, model_dir, out, args.steps, args.eval_every, seeded)
+                    )
             results[task] = {
                 name: {"summary": curves(seeds), "seeds": seeds} for name, seeds in runs.items()
             }

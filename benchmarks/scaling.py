@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vs_trl import COMMON, cpu_model, shared_setup  # noqa: E402
+from vs_trl import COMMON, cpu_model, run_child, shared_setup  # noqa: E402
 
 BASE = {"prompts": 16, "group_size": 8, "max_new_tokens": 48}
 
@@ -45,13 +44,8 @@ def overrides(shape: dict[str, int]) -> list[str]:
 
 def run_point(framework: str, model_dir: str, work: str, steps: int, shape: dict) -> dict:
     name = "-".join(f"{k}{v}" for k, v in shape.items())
-    command = [sys.executable, str(Path(__file__).with_name("vs_trl.py")), "--steps", str(steps),
-               "--eval-every", str(steps), "--child", framework, model_dir,
-               f"{work}/{framework}-{name}", *overrides(shape)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"{framework} at {shape} failed:\n{done.stderr[-4000:]}")
-    run = json.loads(done.stdout.splitlines()[-1])
+    run = run_child(framework, model_dir, f"{work}/{framework}-{name}", steps, steps,
+                    overrides(shape))  # fmt: skip
     return {
         "seconds_per_step_median": round(statistics.median(run["step_seconds"][1:]), 3),
         "generated_tokens_per_step": round(statistics.fmean(run["generated_tokens"][1:]), 1),

@@ -179,6 +179,17 @@ def child(framework: str, model_dir: str, out_dir: str, steps: int, every: int,
     print(json.dumps(result))
 
 
+def run_child(framework: str, model_dir: str, out_dir: str, steps: int, every: int,
+              overrides: list[str]) -> dict:  # fmt: skip
+    """`child` in a process of its own; its result, or exit with the end of its stderr."""
+    command = [sys.executable, __file__, "--steps", str(steps), "--eval-every", str(every),
+               "--child", framework, model_dir, out_dir, *overrides]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{framework} run {out_dir} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def summary(run: dict, target: float) -> dict:
     seconds = statistics.median(run["step_seconds"][1:])
     tokens = statistics.fmean(run["generated_tokens"][1:]) if run["generated_tokens"] else 0.0
@@ -221,13 +232,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for framework in results:
                 out = f"{work}/{framework}-{round_}"
-                command = [sys.executable, __file__, "--steps", str(args.steps), "--eval-every",
-                           str(args.eval_every), "--child", framework, f"{work}/model", out,
-                           *overrides]  # fmt: skip
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode:
-                    sys.exit(f"{framework} failed:\n{done.stderr[-4000:]}")
-                run = json.loads(done.stdout.splitlines()[-1])
+                run = run_child(framework, f"{work}/model", out, args.steps, args.eval_every,
+                                overrides)  # fmt: skip
                 results[framework].append(summary(run, args.target))
     import trl
 

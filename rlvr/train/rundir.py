@@ -117,7 +117,7 @@ class RunDir:
         return _read_jsonl(self.metrics_file)
 
     def write_summary(self, state: dict, config_hash: str, report: bool = True) -> dict:
-        """The report (unless `report` is false), then summary.json: the last write of a
+        """summary.json, then the report unless `report` is false: the last writes of a
         finished run."""
         summary = {
             "base_eval": state["base_eval"],
@@ -133,10 +133,9 @@ class RunDir:
             },
             "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads()},
         }
-        if report:
-            plot_run(self.read_metrics(), self.path / "report.png", self.path.name)
         self.summary_file.write_text(json.dumps(summary, indent=2))
-        if report:
+        if report:  # the page shows summary.json, so it comes after
+            plot_run(self.read_metrics(), self.path / "report.png", self.path.name)
             (self.path / "report.html").write_text(run_page(self.path))
         return summary
 
