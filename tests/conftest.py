@@ -4,6 +4,15 @@ import torch
 from rlvr.models.tiny import build_model, build_tokenizer
 
 
+@pytest.fixture(autouse=True)
+def restore_torch_threads():
+    """A test that pins torch to one thread (to match spawned ranks' floats) must not leave every
+    later test in the session running on one core."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_tokenizer()
