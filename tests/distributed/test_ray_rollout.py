@@ -15,6 +15,10 @@ from rlvr.rollout import HFEngine
 from rlvr.train.setup import build_components, make_runner, sampling_params
 from rlvr.train.trainer import Trainer
 
+# One worker runs every test of the digits=2 warm start (this, the e2e runs), so it is built
+# once and no worker idles on another's lock; and never are two local Rays up at once.
+pytestmark = pytest.mark.xdist_group("digits2")
+
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install -c constraints.txt '.[ray]'")
 
 SMALL = [

@@ -10,6 +10,10 @@ from rlvr.train.trainer import Trainer
 # the same small run as the rollout tests, in one local Ray for the module
 from .test_ray_rollout import SMALL, ray_session  # noqa: F401
 
+# One worker runs every test of the digits=2 warm start (this, the e2e runs), so it is built
+# once and no worker idles on another's lock; and never are two local Rays up at once.
+pytestmark = pytest.mark.xdist_group("digits2")
+
 TWO_RANKS = [
     *SMALL,
     "distributed.trainer_ranks=2",

@@ -3,12 +3,15 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from rlvr.config import load_config
 from rlvr.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.xdist_group("digits2")  # with the Ray tests, on its warm start
 def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     cfg = load_config(
@@ -38,6 +41,7 @@ def test_grpo_fixes_the_warm_started_models_mistake(rlvr_home, tmp_path, monkeyp
     assert len([r for r in records if "reward" in r]) == 12
 
 
+@pytest.mark.xdist_group("digits2")
 def test_ppo_with_a_critic_learns_the_same_task(rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))  # reuses the warm start of the test above
     cfg = load_config(ROOT / "examples" / "recipes" / "ppo.toml", [
