@@ -3,6 +3,7 @@
 from rlvr.tasks.arithmetic import ArithmeticTask
 from rlvr.tasks.base import Task
 from rlvr.tasks.countdown import CountdownTask
+from rlvr.tasks.graph_walk import GraphWalkTask
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.tasks.jsonl import JsonlTask
 from rlvr.tasks.linear_program import LinearProgramTask
@@ -19,6 +20,7 @@ __all__ = [
     "TASKS",
     "ArithmeticTask",
     "CountdownTask",
+    "GraphWalkTask",
     "GuessNumberTask",
     "JsonlTask",
     "LinearProgramTask",
@@ -36,6 +38,7 @@ __all__ = [
 TASKS: dict[str, type[Task]] = {
     "arithmetic": ArithmeticTask,
     "countdown": CountdownTask,
+    "graph_walk": GraphWalkTask,
     "guess_number": GuessNumberTask,
     "jsonl": JsonlTask,
     "linear_program": LinearProgramTask,
