@@ -44,8 +44,8 @@ def successors(problem: Problem) -> dict[str, str]:
 
 def steps_followed(problem: Problem, reply: str) -> float:
     """Share of the reply's hops, the intermediate vertices then the marked answer, that follow
-    an edge from the vertex before (the first from the start); 0 when it has fewer vertices than
-    the problem has hops: how far the reply is a walk, whatever its answer."""
+    an edge from the vertex before (the first from the start); 0 when it names another number of
+    vertices than the problem has hops: how far the reply is a walk, whatever its answer."""
     answer = extract_answer(reply)
     shown = reply.split("####")[0].split()
     walk = [*shown, answer] if answer is not None else shown
