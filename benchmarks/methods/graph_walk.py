@@ -48,7 +48,7 @@ def run_arm(share: float, seed: int, args, run_dir: str, model: str) -> dict:
     # With both lengths in the batch the long ones are logged as their own domain; at share 1
     # training sees none.
     key = f"domain/graph_walk_{hops}hop/accuracy" if share > 0 else "accuracy"
-    long = [r[key] for r in arm.records if key in r and share < 1]
+    long = [r[key] for r in arm.records if key in r] if share < 1 else []
     curve = arm.by_step("eval/accuracy")
     learned = [step for step, accuracy in curve.items() if accuracy >= args.learned]
     return {
