@@ -314,6 +314,14 @@ class RolloutConfig(Section):
     branch_share: float = Field(
         0.5, gt=0, le=1, description="W2SPO: share of sampled replies that get a weak branch."
     )
+    replay: str = Field(
+        "",
+        description="Offline training: a JSONL log of replies ('prompt' and 'response' per row, "
+        "e.g. an earlier run's samples.jsonl) that training rollouts are drawn from instead of "
+        "sampled; the task's reward rescores them and eval still samples the policy. Every "
+        "training prompt must have logged replies (the same task, seed, batch_size and "
+        "group_size as the logging run). Empty: off.",
+    )
     dispatch_threads: bool = Field(
         False,
         description="Parason: sample every reply with its parallel regions dispatched, one "
@@ -466,9 +474,22 @@ class AlgoConfig(Section):
     clip_cov_ub: float = Field(
         5.0, description="clip_cov: only tokens with covariance below this are dropped."
     )
-    gamma: float = Field(1.0, ge=0, le=1, description="gae / reinforce_pp: discount per token.")
+    gamma: float = Field(
+        1.0, ge=0, le=1, description="gae / reinforce_pp / soft_bellman: discount per token."
+    )
+    q_beta: float = Field(
+        0.1,
+        gt=0,
+        description="soft_q / soft_bellman: temperature of the soft Q read off the logits, "
+        "Q = q_beta (x - x_ref); the weight of the KL to the reference in the objective it solves "
+        "(smaller moves the policy further from the reference per unit of reward).",
+    )
     lam: float = Field(
-        1.0, ge=0, le=1, description="gae: lambda of generalised advantage estimation."
+        1.0,
+        ge=0,
+        le=1,
+        description="gae: lambda of generalised advantage estimation; soft_bellman: of its soft "
+        "lambda-return (0: one-step targets, 1: soft Monte Carlo returns).",
     )
     lam_mode: Literal["fixed", "length_adaptive"] = Field(
         "fixed",
@@ -1038,6 +1059,8 @@ class Config(Section):
             )
         if a.weight_samples:
             self._check_weight_samples()
+        if r.replay:
+            self._check_replay()
         if r.max_staleness and a.tis == "off":
             raise ValueError(
                 f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
@@ -1121,6 +1144,31 @@ class Config(Section):
                 "algo.dynamic_sampling's extra rounds would reorder; fix: turn one of them off"
             )
         return self
+
+    def _check_replay(self) -> None:
+        """Logged replies carry no sampling logprobs and come from one log, in this process."""
+        r, a = self.rollout, self.algo
+        others = {
+            f"algo.tis={a.tis}": a.tis != "off",
+            "algo.loss=dis": a.loss == "dis",
+            "algo.kl_in_reward": a.kl_in_reward and a.kl_coef > 0,
+            "algo.teacher": bool(a.teacher),
+            "distributed.backend=ray": self.distributed.backend == "ray",
+            "rollout.tree_width": bool(r.tree_width),
+            "rollout.branch_model": bool(r.branch_model),
+            "rollout.dispatch_threads": r.dispatch_threads,
+            "rollout.partial_tokens": bool(r.partial_tokens),
+            "algo.weight_samples": bool(a.weight_samples),
+            "algo.dynamic_sampling": bool(a.dynamic_sampling),
+            "debate.rounds": bool(self.debate.rounds),
+            "cohort.members": bool(self.cohort.members),
+        }
+        if clash := [name for name, on in others.items() if on]:
+            raise ValueError(
+                f"rollout.replay trains on logged single-turn replies, whose sampling logprobs "
+                f"are unknown, in this process; {', '.join(clash)} needs them sampled live or "
+                "weighted by them; fix: turn those off (or rollout.replay='')"
+            )
 
     def _check_weight_samples(self) -> None:
         """3PO samples every reply of the in-process rollout from a weight draw of the policy's

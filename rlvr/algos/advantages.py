@@ -42,6 +42,11 @@ class AdvInputs:
     reward_weights: torch.Tensor | None = None  # [K] their weights; None = all 1
     # poise: each rollout's predicted success rate g(z_i) from the hidden-state probe
     probe_predictions: torch.Tensor | None = None  # [B]
+    # soft_bellman: the pre-update policy read as Q = q_beta (x_old - x_ref) on its logits x: the
+    # soft value q_beta (logsumexp x_old - logsumexp x_ref) of the state each position predicts
+    # from, and the Q of the token sampled there
+    soft_values: torch.Tensor | None = None  # [B, T]
+    soft_q_values: torch.Tensor | None = None  # [B, T]
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
@@ -211,6 +216,14 @@ def gpg(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     mean, _ = group_stats(rewards, inputs.group_ids)
     alpha = len(rewards) / max(int((rewards != 0).sum()), 1)
     return _broadcast(alpha * (rewards - mean), inputs.loss_mask)
+
+
+def raft(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """RAFT (arXiv:2304.06767): the reward itself on every policy token, no baseline.
+
+    With loss reinforce and a 0/1 verifier this is filtered behaviour cloning (rejection-sampling
+    fine-tuning): the NLL of the correct replies, the wrong ones weighing nothing."""
+    return _broadcast(inputs.rewards, inputs.loss_mask)
 
 
 def gdpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -506,6 +519,36 @@ def mt_otb(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _otb(inputs, inputs.loss_mask.bool().long().cumsum(-1) - 1, "mt_otb")
 
 
+def soft_bellman(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Soft Q-learning targets, soft lambda-returns per policy token (pair with loss soft_q).
+
+    G_t = r_t + gamma (V(s') + lam (G' - Q(s', a'))), where s', a' are the state and token of the
+    row's next policy token (after any observation) and G_t = r_t on the last. V and Q are the
+    pre-update policy's (a target network refreshed every step): inputs.soft_values and
+    inputs.soft_q_values. lam = 0 is the one-step target r + gamma V(s'); lam = 1 the soft
+    Monte Carlo return, the rewards to go minus q_beta log(pi / pi_ref) of the later tokens.
+    Path consistency holds for any token sequence at the soft optimum (PCL, arXiv:1702.08892),
+    so the targets stay valid on logged, off-policy replies. Regression targets for Q, not
+    advantages: nothing is centred within a group."""
+    source = "the trainer fills from the old-policy and reference passes"
+    values = _require(inputs, "soft_values", "soft_bellman", source).double()
+    q_values = _require(inputs, "soft_q_values", "soft_bellman", source).double()
+    mask = inputs.loss_mask.bool()
+    rewards = token_rewards_or_outcome(inputs).double()
+    targets = torch.zeros_like(rewards)
+    following = rewards.new_zeros(len(rewards))  # G', V(s'), Q(s', a') of the next policy token
+    next_value, next_q = torch.zeros_like(following), torch.zeros_like(following)
+    for t in reversed(range(mask.shape[1])):
+        on = mask[:, t]
+        bootstrap = next_value + algo.lam * (following - next_q)  # 0 after a row's last token
+        target = rewards[:, t] + algo.gamma * bootstrap
+        targets[:, t] = torch.where(on, target, 0.0)
+        following = torch.where(on, target, following)
+        next_value = torch.where(on, values[:, t], next_value)
+        next_q = torch.where(on, q_values[:, t], next_q)
+    return targets.float()
+
+
 for _fn in (grpo, mt_grpo, dr_grpo, rloo, gpg, gdpo, reinforce_pp_baseline, opo, max_passk, tree,
             otb, mt_otb, poise):  # fmt: skip
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
@@ -520,6 +563,8 @@ mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
 otb.requires = mt_otb.requires = ("old_logprobs", "sum_pi_squared")
 poise.requires = ("probe_predictions",)
+soft_bellman.requires = ("soft_values", "soft_q_values")
+soft_bellman.q_targets = True  # its output is what loss soft_q regresses on, and only that
 
 ADVANTAGES: dict[str, AdvantageFn] = {
     "grpo": grpo,
@@ -527,6 +572,7 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "dr_grpo": dr_grpo,
     "rloo": rloo,
     "gpg": gpg,
+    "raft": raft,
     "gdpo": gdpo,
     "reinforce_pp": reinforce_pp,
     "reinforce_pp_baseline": reinforce_pp_baseline,
@@ -541,4 +587,5 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "otb": otb,
     "mt_otb": mt_otb,
     "poise": poise,
+    "soft_bellman": soft_bellman,
 }

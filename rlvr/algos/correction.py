@@ -8,8 +8,9 @@ import torch
 def mismatch_metrics(
     train_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, loss_mask: torch.Tensor
 ) -> dict[str, float]:
-    """How far the engine's sampling logprobs are from the trainer's, per policy token. [B, T] each."""
-    on = loss_mask.bool()
+    """How far the engine's sampling logprobs are from the trainer's, per policy token. [B, T] each.
+    Tokens whose sampling logprob is unknown (NaN: a replayed log's) are left out."""
+    on = loss_mask.bool() & behaviour_logprobs.isfinite()
     if not on.any():
         return {}
     diff = (train_logprobs - behaviour_logprobs)[on]

@@ -28,6 +28,11 @@ class LossInputs:
     num_seqs: int  # rows the seq-mean aggregations divide by (algo.seq_mean_count_empty)
     norm_constant: float = 1.0  # seq-mean-token-sum-norm's divisor (Dr. GRPO: the token budget)
     behaviour_logprobs: torch.Tensor | None = None  # [B, T] the engine's sampling logprobs (dis)
+    # soft_q: logsumexp of each position's logits under the policy (with grad) and the reference,
+    # and the reference's logprobs of the sampled tokens
+    normaliser: torch.Tensor | None = None  # [B, T]
+    ref_logprobs: torch.Tensor | None = None  # [B, T]
+    ref_normaliser: torch.Tensor | None = None  # [B, T]
 
 
 @dataclass
@@ -419,6 +424,38 @@ def reinforce(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     )
 
 
+def soft_q(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+    """Token-level soft Q-learning with the logits as Q (pair with advantage soft_bellman).
+
+    Q(s, a) = q_beta (x(s, a) - x_ref(s, a)) on the logits x: zero at the start, and the
+    Boltzmann policy pi_ref exp(Q / q_beta) of this Q is softmax(x), the policy itself. Each
+    policy token regresses Q(s_t, a_t) on its Bellman target (inputs.advantages): 1/2 (Q -
+    target)^2. The targets come from the pre-update policy, so any logged trajectory trains it
+    with no importance ratio (offline, as ILQL); a token's Q has log pi's gradient plus the
+    normaliser's, which moves the state's value V(s) = q_beta (logsumexp x - logsumexp x_ref).
+    """
+    missing = [n for n in soft_q.requires if getattr(inputs, n) is None]
+    if missing:
+        raise ValueError(
+            f"loss 'soft_q' needs LossInputs.{', '.join(missing)}, which the update fills when "
+            "the loss lists them in soft_q.requires; got None."
+        )
+    logits = inputs.logprobs + inputs.normaliser  # x(s_t, a_t), up to the temperature
+    ref_logits = inputs.ref_logprobs + inputs.ref_normaliser
+    q = _masked(algo.q_beta * (logits - ref_logits), inputs)
+    error = q - _masked(inputs.advantages, inputs)
+    metrics = {
+        "q/mean": _token_avg(q, inputs),
+        "q/abs_error": _token_avg(error.abs(), inputs),
+        "ppo_kl": _token_avg(-_log_ratio(inputs), inputs),
+    }
+    return LossOutput(_aggregate(0.5 * error**2, inputs, algo), metrics)
+
+
+soft_q.requires = ("normaliser", "ref_logprobs", "ref_normaliser")
+soft_q.q_targets = True  # reads soft_bellman's regression targets, not advantages
+
+
 # fn(per-token values [B, T], inputs) -> scalar; masks and normalisers come from the inputs
 AggregateFn = Callable[[torch.Tensor, LossInputs | Normalisers], torch.Tensor]
 AGGREGATIONS: dict[str, AggregateFn] = {
@@ -445,4 +482,5 @@ LOSSES: dict[str, LossFn] = {
     "kl_cov": kl_cov,
     "clip_cov": clip_cov,
     "reinforce": reinforce,
+    "soft_q": soft_q,
 }

@@ -39,16 +39,16 @@ def compute_dtype(logits: torch.Tensor) -> torch.dtype:
 
 
 class ChosenLogprobs(torch.autograd.Function):
-    """log softmax(logits / temperature) at the chosen tokens, and the predictive entropy,
-    chunk by chunk. Backward recomputes each chunk's softmax from the logits (which the model
-    holds anyway) instead of keeping float32 probabilities of the whole batch. A given
-    `sum_pi_squared` [B, T] receives sum_v pi_v^2 of each position from the same chunks (it has
-    no gradient)."""
+    """log softmax(logits / temperature) at the chosen tokens, the predictive entropy and the
+    normaliser logsumexp(logits / temperature), chunk by chunk. Backward recomputes each chunk's
+    softmax from the logits (which the model holds anyway) instead of keeping float32
+    probabilities of the whole batch. A given `sum_pi_squared` [B, T] receives sum_v pi_v^2 of
+    each position from the same chunks (it has no gradient)."""
 
     @staticmethod
     def forward(ctx, logits, targets, temperature: float, with_entropy: bool, sum_pi_squared=None):
         # logits [B, T, V] in the model's dtype, targets [B, T] -> chosen [B, T], entropy [B, T]
-        # (zeros unless with_entropy), in float32 or the logits' wider dtype
+        # (zeros unless with_entropy), normaliser [B, T], in float32 or the logits' wider dtype
         chosen = torch.empty(targets.shape, dtype=compute_dtype(logits), device=logits.device)
         entropy, normaliser = torch.zeros_like(chosen), torch.empty_like(chosen)
         for rows, positions in chunks(*logits.shape):
@@ -66,25 +66,28 @@ class ChosenLogprobs(torch.autograd.Function):
         ctx.save_for_backward(logits, targets, normaliser, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
-        return chosen, entropy
+        return chosen, entropy, normaliser.clone()  # the saved one must stay unmodified
 
     @staticmethod
-    def backward(ctx, grad_chosen, grad_entropy):
+    def backward(ctx, grad_chosen, grad_entropy, grad_normaliser):
         logits, targets, normaliser, entropy = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for rows, positions in chunks(*logits.shape):
             logp = scaled(logits[rows, positions], normaliser.dtype, ctx.temperature)
             logp -= normaliser[rows, positions, None]
-            # d chosen / dx = onehot - p and d entropy / dx = -p (log p + H), so the gradient
-            # is -p * (g_chosen + g_entropy (log p + H)) plus g_chosen at the chosen token
+            # d chosen / dx = onehot - p, d entropy / dx = -p (log p + H) and d normaliser / dx
+            # = p, so the gradient is -p * (g_chosen + g_entropy (log p + H) - g_normaliser)
+            # plus g_chosen at the chosen token
             p = logp.exp()
             if grad_entropy is None:
-                coef = grad_chosen[rows, positions, None]
+                coef = torch.zeros_like(normaliser[rows, positions, None])
             else:
                 coef = logp.add_(entropy[rows, positions, None])
                 coef *= grad_entropy[rows, positions, None]
-                if grad_chosen is not None:
-                    coef += grad_chosen[rows, positions, None]
+            if grad_chosen is not None:
+                coef += grad_chosen[rows, positions, None]
+            if grad_normaliser is not None:
+                coef -= grad_normaliser[rows, positions, None]
             g = p.mul_(coef).neg_()
             if grad_chosen is not None:
                 g.scatter_add_(
@@ -116,6 +119,14 @@ class Gather:
         self.logprobs = shift / scale + chosen[..., None]
 
 
+@dataclass
+class LogNormaliser:
+    """token_logprobs fills `values` [B, T-1]: each position's logsumexp of the scaled logits,
+    with grad when the pass has one (soft Q-learning reads a state's value from it)."""
+
+    values: torch.Tensor | None = None
+
+
 def scaled(logits: torch.Tensor, dtype: torch.dtype, temperature: float) -> torch.Tensor:
     """A fresh copy of a chunk of logits in `dtype`, divided by the temperature."""
     x = logits.to(dtype, copy=True)
@@ -134,12 +145,14 @@ def token_logprobs(
     sum_pi_squared: torch.Tensor | None = None,
     prompts: Prompts | None = None,
     gather: Gather | None = None,
+    normaliser: LogNormaliser | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs [B, T-1] of tokens 1..T-1 under the model (logits scaled like the sampler's),
     and their predictive entropy [B, T-1] when asked (with grad only for an entropy bonus); a
     given `sum_pi_squared` [B, T-1] on the model's device receives sum_v pi_v^2 per position,
-    and a given `gather` the logprobs of its tokens. With `prompts` (of these rows; not with
-    `gather`), each shared prompt runs once and its columns hold 0."""
+    a given `gather` the logprobs of its tokens and a given `normaliser` each position's
+    logsumexp. With `prompts` (of these rows; not with `gather`), each shared prompt runs once
+    and its columns hold 0."""
     scale = temperature if temperature > 0 else 1.0
     device = model.device
     if prompts is None:
@@ -147,7 +160,7 @@ def token_logprobs(
             input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)
         ).logits
         targets = input_ids[:, 1:].to(device)
-        chosen, entropy = ChosenLogprobs.apply(
+        chosen, entropy, lse = ChosenLogprobs.apply(
             logits[:, :-1], targets, scale, with_entropy, sum_pi_squared
         )
         if gather is not None:
@@ -159,12 +172,15 @@ def token_logprobs(
         squares = None
         if sum_pi_squared is not None:
             squares = sum_pi_squared.new_zeros(targets.shape)
-        chosen, entropy = ChosenLogprobs.apply(logits, targets, scale, with_entropy, squares)
+        chosen, entropy, lse = ChosenLogprobs.apply(logits, targets, scale, with_entropy, squares)
         width = input_ids.shape[1] - 1
         chosen = to_columns(chosen, start, count, width)
+        lse = to_columns(lse, start, count, width)
         entropy = to_columns(entropy, start, count, width)
         if squares is not None:
             sum_pi_squared.copy_(to_columns(squares, start, count, width))
+    if normaliser is not None:
+        normaliser.values = lse
     if not with_entropy:
         return chosen, None
     return chosen, entropy if entropy_grad else entropy.detach()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
@@ -20,11 +21,12 @@ def batch_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "accuracy": sum(t.correct for t in trajectories) / len(trajectories),
         "response_length": sum(t.num_generated for t in trajectories) / len(trajectories),
         "truncated": sum(t.finish_reason == "length" for t in trajectories) / len(trajectories),
-        # Per-sequence entropy H(reply | prompt), estimated by -log pi(reply) of the sampled
-        # replies (its expectation); the update logs the per-token "entropy".
-        "entropy/sequence": -sum(sum(t.behaviour_logprobs) for t in trajectories)
-        / len(trajectories),
     }
+    # Per-sequence entropy H(reply | prompt), estimated by -log pi(reply) of the sampled replies
+    # (its expectation); the update logs the per-token "entropy". Replayed logs have no logprobs.
+    logprob = sum(sum(t.behaviour_logprobs) for t in trajectories)
+    if math.isfinite(logprob):
+        metrics["entropy/sequence"] = -logprob / len(trajectories)
     metrics.update({f"status/{s}": statuses[s] / len(trajectories) for s in STATUSES if s != "ok"})
     scores = defaultdict(set)
     for t in trajectories:

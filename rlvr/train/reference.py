@@ -44,10 +44,18 @@ class ReferencePolicy:
 
     @torch.no_grad()
     def logprobs(
-        self, batch: Batch, micro_batch_size: int, temperature: float, share_prompt: bool = True
+        self,
+        batch: Batch,
+        micro_batch_size: int,
+        temperature: float,
+        share_prompt: bool = True,
+        normaliser: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """[B, T-1]; a given `normaliser` [B, T-1] receives each position's logsumexp."""
         with self.frozen() as model:
-            return batch_logprobs(model, batch, micro_batch_size, temperature, share_prompt)
+            return batch_logprobs(
+                model, batch, micro_batch_size, temperature, share_prompt, normaliser=normaliser
+            )
 
     def hidden_means(self, batch: Batch, micro_batch_size: int) -> torch.Tensor:
         """[B, H]: each row's last hidden state under the starting policy, averaged over its

@@ -27,6 +27,7 @@ from rlvr.rollout.branching import BranchingEngine
 from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
+from rlvr.rollout.replay import ReplayEngine
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
 from rlvr.rollout.vllm_engine import VLLMEngine
@@ -53,6 +54,8 @@ PRODUCED_FIELDS = {
     "reward_components",
     "reward_weights",
     "probe_predictions",
+    "soft_values",
+    "soft_q_values",
 }
 
 
@@ -217,9 +220,21 @@ def build_components(cfg: Config) -> Components:
             f"reads per-row values or probes ('{cfg.algo.advantage}'). Fix: a single-turn task "
             "and a critic-free estimator (rlvr list advantages), or rollout.dispatch_threads=false"
         )
+    if cfg.rollout.replay and hasattr(task, "make_env"):
+        raise ConfigError(
+            f"rollout.replay answers each prompt with one logged reply, but '{cfg.task.name}' "
+            "plays episodes of several turns in its own env. Fix: a single-turn task, or "
+            "rollout.replay='' to sample live."
+        )
     if cfg.rollout.tree_width == 1:
         raise ConfigError("rollout.tree_width = 1 cannot branch. Fix: 2 or more, or 0 for none.")
     loss = lookup(LOSSES, cfg.algo.loss, "algo.loss", group="rlvr.losses")
+    if getattr(loss, "q_targets", False) != getattr(advantage, "q_targets", False):
+        raise ConfigError(
+            f"algo.loss = '{cfg.algo.loss}' with algo.advantage = '{cfg.algo.advantage}': soft "
+            "Q-learning's loss regresses on Bellman targets, which only its estimator makes. "
+            "Fix: algo.loss=soft_q with algo.advantage=soft_bellman, or neither."
+        )
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
     kl = (
         lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator")
@@ -266,15 +281,17 @@ def build_rollout_source(
         source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
         return source(cfg, tokenizer, model_path, sampling_params(cfg))
     engine = build_engine(cfg, model, tokenizer, model_path)
-    sampler = (
-        branching_engine(cfg, engine, model, tokenizer) if cfg.rollout.branch_model else engine
-    )
+    sampler = engine
+    if cfg.rollout.branch_model:
+        sampler = branching_engine(cfg, engine, model, tokenizer)
+    elif cfg.rollout.replay:
+        sampler = ReplayEngine(cfg.rollout.replay, tokenizer, tokenizer.eos_token_id)
     runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
     evaluator = (
         make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
-        if cfg.rollout.tree_width or cfg.rollout.branch_model
+        if sampler is not engine or cfg.rollout.tree_width
         else runner
-    )  # eval measures the policy alone: no tree, no weak branches
+    )  # eval measures the policy alone: no tree, no weak branches, no logged replies
     return InProcessRollout(engine, runner, evaluator)
 
 

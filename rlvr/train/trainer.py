@@ -181,8 +181,11 @@ class Trainer:
                 cfg, self.components, self.model, self.tokenizer, self.display.message
             )
         a, kl = cfg.algo, self.components.kl
-        start = ReferencePolicy(self.model) if kl is not None or a.elliptical_beta else None
-        self.reference = start if kl is not None else None
+        # soft Q-learning reads Q and V off the logits relative to the reference's
+        soft_q = "soft_values" in self.components.requires
+        needs_reference = kl is not None or soft_q
+        start = ReferencePolicy(self.model) if needs_reference or a.elliptical_beta else None
+        self.reference = start if needs_reference else None
         self.explorer = start if a.elliptical_beta else None  # RepExp reads the frozen start
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
@@ -669,6 +672,10 @@ class Trainer:
         # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
         wants_squares = "sum_pi_squared" in self.components.requires
         squares = torch.zeros_like(rows.loss_mask) if wants_squares else None
+        # soft Q-learning: each position's logsumexp under the old policy and the reference
+        soft_q = "soft_values" in self.components.requires
+        old_lse = torch.zeros_like(rows.loss_mask) if soft_q else None
+        ref_lse = torch.zeros_like(rows.loss_mask) if soft_q else None
         # poise's probe reads hidden states of that pass too (a hook on one layer)
         probe, features = self.probe, None
         if probe is not None:
@@ -676,13 +683,15 @@ class Trainer:
         extra = {}
         # old and reference logprobs in the precision the update computes the new ones in
         precision = autocast(cfg.train.autocast, self.model.device)
-        if not on_policy or cfg.algo.tis != "off" or wants_squares or probe is not None:
+        if not on_policy or cfg.algo.tis != "off" or wants_squares or probe is not None or soft_q:
             with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(self.model, rows, micro, temperature, share, squares, features)
+                old = batch_logprobs(
+                    self.model, rows, micro, temperature, share, squares, features, old_lse
+                )
             extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
         if self.reference is not None:
             with timed(timings, "time/ref_logprobs"), precision:
-                ref = self.reference.logprobs(rows, micro, temperature, share)
+                ref = self.reference.logprobs(rows, micro, temperature, share, ref_lse)
         if self.critic is not None and values is None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
@@ -702,7 +711,7 @@ class Trainer:
             extra["teacher/sequence_reward"] = float(implicit.sum(-1).mean())
             if cfg.algo.teacher_kl_coefs:
                 kl_coef = cfg.algo.teacher_kl_coefs[token_reward >= 0]
-        if ref is not None and cfg.algo.kl_in_reward:
+        if ref is not None and self.components.kl is not None and cfg.algo.kl_in_reward:
             policy = episode_part(old) if old is not None else batch.behaviour_logprobs
             kl = self.components.kl(policy, episode_part(ref), cfg.algo) * batch.loss_mask
             token_rewards = token_rewards - kl_coef * kl
@@ -717,6 +726,9 @@ class Trainer:
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
+        if soft_q:
+            inputs.soft_values = episode_part(cfg.algo.q_beta * (old_lse - ref_lse))
+            inputs.soft_q_values = episode_part(cfg.algo.q_beta * (old + old_lse - ref - ref_lse))
         if probe is not None:  # the probe as fitted on earlier steps only
             domains, step = batch.domains or ["default"] * len(batch), self.state["step"]
             guess = probe.baselines(features.values, domains, inputs.rewards, step)
@@ -755,7 +767,7 @@ class Trainer:
             extra.update(tis_metrics)
         data = UpdateInputs(
             rows, advantages, old, ref, kl_coef, values, returns,
-            teacher_top_k=top_k, teacher_coef=cfg.algo.teacher_coef,
+            teacher_top_k=top_k, teacher_coef=cfg.algo.teacher_coef, ref_normaliser=ref_lse,
         )  # fmt: skip
         return data, extra
 

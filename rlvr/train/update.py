@@ -21,7 +21,7 @@ from rlvr.config import AlgoConfig, Config
 from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
 from rlvr.models.lora import trainable_state_dict
 from rlvr.train.checkpoint import Restored
-from rlvr.train.logprobs import Gather, autocast, token_logprobs
+from rlvr.train.logprobs import Gather, LogNormaliser, autocast, token_logprobs
 from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.types import Batch
 
@@ -87,10 +87,12 @@ def batch_logprobs(
     share_prompt: bool = True,
     sum_pi_squared: torch.Tensor | None = None,
     features: LayerFeatures | None = None,
+    normaliser: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
-    `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward, and
-    given `features` (poise's probe) receive each row's hidden-state features from it too."""
+    `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward, a
+    given `normaliser` [B, T-1] each position's logsumexp, and given `features` (poise's probe)
+    receive each row's hidden-state features from it too."""
     out = torch.zeros_like(batch.loss_mask)
     # the probe reads the prompt's hidden states, so that pass runs each row whole, unshared
     prompts = batch_prompts(batch, share_prompt and features is None)
@@ -101,12 +103,15 @@ def batch_logprobs(
         squares = None
         if sum_pi_squared is not None:
             squares = torch.zeros(len(rows), width, device=model.device)
+        lse = LogNormaliser() if normaliser is not None else None
         with features.capture() if features is not None else nullcontext():
             lp, entropy = micro_logprobs(
                 model, batch, rows, temperature, prompts, sum_pi_squared=squares,
-                with_entropy=features is not None,
+                with_entropy=features is not None, normaliser=lse,
             )  # fmt: skip
         out[rows, :width] = lp.float().cpu()
+        if lse is not None:
+            normaliser[rows, :width] = lse.values.float().cpu()
         if squares is not None:
             sum_pi_squared[rows, :width] = squares.cpu()
         if features is not None:
@@ -152,6 +157,7 @@ class UpdateInputs:
     imitation: Batch | None = None
     teacher_top_k: TeacherTopK | None = None
     teacher_coef: float = 0.0
+    ref_normaliser: torch.Tensor | None = None  # [B, T-1] the reference's logsumexp (soft_q)
 
 
 def micro_batch_loss(
@@ -175,9 +181,10 @@ def micro_batch_loss(
     # the top-k ids' columns end at the rows' width: the batch's full width cut to theirs
     width = trim(rows, data.batch.attention_mask) - 1
     gather = None if top_k is None else Gather(top_k.ids[rows, :width])
+    lse = LogNormaliser() if "normaliser" in getattr(loss_fn, "requires", ()) else None
     logprobs, entropy = micro_logprobs(
         model, data.batch, rows, cfg.rollout.temperature, prompts,
-        with_entropy=True, entropy_grad=bonus, gather=gather,
+        with_entropy=True, entropy_grad=bonus, gather=gather, normaliser=lse,
     )  # fmt: skip
     if record is not None:
         record[rows, :width] = logprobs.detach().float().cpu()
@@ -195,6 +202,9 @@ def micro_batch_loss(
         num_seqs=num_seqs,
         norm_constant=float(algo.loss_norm_tokens or cfg.rollout.max_new_tokens),
         behaviour_logprobs=data.batch.behaviour_logprobs[rows, :width].to(device),
+        normaliser=None if lse is None else lse.values,
+        ref_logprobs=_columns(data.ref_logprobs, rows, width, device),
+        ref_normaliser=_columns(data.ref_normaliser, rows, width, device),
     )
     aggregate = AGGREGATIONS[algo.loss_agg]
     out = loss_fn(inputs, algo)
@@ -216,6 +226,12 @@ def micro_batch_loss(
     metrics["entropy"] = float(torch.where(on, entropy.detach(), 0.0).sum() / max(num_tokens, 1.0))
     metrics["loss"] = loss.item()
     return loss, metrics
+
+
+def _columns(
+    x: torch.Tensor | None, rows: torch.Tensor, width: int, device: torch.device
+) -> torch.Tensor | None:
+    return None if x is None else x[rows, :width].to(device)
 
 
 def imitation_loss(

@@ -26,12 +26,14 @@ from rlvr.algos.advantages import (
     passk,
     poise,
     policy_lambda,
+    raft,
     reinforce_pp,
     reinforce_pp_baseline,
     remax,
     rloo,
     running_mean,
     sibling_mean,
+    soft_bellman,
     token_rewards_or_outcome,
     tree,
 )
@@ -540,6 +542,8 @@ def binary_batch(rewards, group_ids, mask):
     x.old_logprobs = torch.full(x.loss_mask.shape, math.log(0.5))
     x.sum_pi_squared = torch.full(x.loss_mask.shape, 0.3)
     x.probe_predictions = x.rewards.double()  # poise's bootstrap: rloo
+    x.soft_values = torch.linspace(-0.5, 0.5, x.loss_mask.numel()).view(x.loss_mask.shape)
+    x.soft_q_values = x.soft_values + 0.1
     return x
 
 
@@ -606,6 +610,8 @@ def test_registry_metadata():
         "mt_otb",
         "poise",
         "counterfactual",
+        "soft_bellman",
+        "raft",
     }
     for name, fn in ADVANTAGES.items():
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0], name
@@ -622,6 +628,7 @@ def test_registry_metadata():
     assert running_mean.requires == ("reward_mean",)
     assert otb.requires == mt_otb.requires == ("old_logprobs", "sum_pi_squared")
     assert poise.requires == ("probe_predictions",)
+    assert soft_bellman.requires == ("soft_values", "soft_q_values")
     assert gae.critic_targets is gae_targets
 
 
@@ -918,3 +925,57 @@ def test_broadcast_from_last_gives_each_thread_its_episodes_last_policy_token_ad
         [0.0, 0.0, 0.0],
     ]
     assert out.dtype == torch.float32
+
+
+# ---------------------------------------------------------------- soft_bellman
+
+
+def soft_row(mask, values, q_values, rewards=None, token_rewards=None):
+    x = inputs(rewards or [1.0] * len(mask), list(range(len(mask))), mask)
+    x.soft_values, x.soft_q_values = torch.tensor(values), torch.tensor(q_values)
+    x.token_rewards = None if token_rewards is None else torch.tensor(token_rewards)
+    return x
+
+
+def test_soft_bellman_one_step_targets_skip_observations_and_end_on_the_reward():
+    # lam 0, gamma 0.5. Row 0: policy columns 1, 2 and 4 (3 is an observation), reward 1, V
+    # [.1, .2, .3, .4, .5]: column 1 -> 0.5 V(col 2) = .15, column 2 -> 0.5 V(col 4) = .25 (the
+    # state after the observation), column 4 -> the reward alone. Row 1: no policy token. Row
+    # 2: one policy token, reward 0.7 -> 0.7
+    x = soft_row(
+        [[0, 1, 1, 0, 1], [0] * 5, [1, 0, 0, 0, 0]], [[0.1, 0.2, 0.3, 0.4, 0.5]] * 3,
+        [[9.0] * 5] * 3, rewards=[1.0, 1.0, 0.7],
+    )  # fmt: skip
+    targets = soft_bellman(x, AlgoConfig(gamma=0.5, lam=0.0))
+    expected = [[0, 0.15, 0.25, 0, 1.0], [0] * 5, [0.7, 0, 0, 0, 0]]
+    torch.testing.assert_close(targets, torch.tensor(expected), rtol=0, atol=1e-7)
+
+
+def test_soft_bellman_lambda_returns_subtract_the_later_tokens_log_ratios():
+    # Policy columns 0, 1, 3; reward 1 on column 3, a turn reward 0.2 on column 1. V = [.5,
+    # -.3, 9, .4], Q = [.7, -.1, 9, .6], so q_beta log(pi / pi_ref) = Q - V = .2 at columns 1
+    # and 3. gamma 1, lam 0.5:
+    #   G_3 = 1
+    #   G_1 = 0.2 + V_3 + 0.5 (G_3 - Q_3) = 0.2 + 0.4 + 0.5 * 0.4 = 0.8
+    #   G_0 = 0 + V_1 + 0.5 (G_1 - Q_1) = -0.3 + 0.5 * 0.9 = 0.15
+    # lam 1: G_1 = 0.2 + 1 - 0.2 = 1.0 (rewards to go minus the later log-ratio), G_0 = 1.2 -
+    # 0.2 - 0.2 = 0.8
+    x = soft_row(
+        [[1, 1, 0, 1]], [[0.5, -0.3, 9.0, 0.4]], [[0.7, -0.1, 9.0, 0.6]], [1.2],
+        token_rewards=[[0.0, 0.2, 0.0, 1.0]],
+    )  # fmt: skip
+    half = soft_bellman(x, AlgoConfig(lam=0.5))
+    torch.testing.assert_close(half, torch.tensor([[0.15, 0.8, 0, 1.0]]), rtol=0, atol=1e-7)
+    full = soft_bellman(x, AlgoConfig(lam=1.0))
+    torch.testing.assert_close(full, torch.tensor([[0.8, 1.0, 0, 1.0]]), rtol=0, atol=1e-7)
+
+
+def test_soft_bellman_names_its_missing_field():
+    with pytest.raises(ValueError, match="soft_values"):
+        soft_bellman(inputs([1.0], [0]), AlgoConfig())
+
+
+def test_raft_is_the_reward_on_every_policy_token():
+    x = inputs([1.0, 0.0, 0.5], [0, 0, 1], [[1, 1, 0], [1, 1, 1], [0, 1, 1]])
+    expected = [[1, 1, 0], [0, 0, 0], [0, 0.5, 0.5]]
+    torch.testing.assert_close(raft(x, AlgoConfig()), torch.tensor(expected))

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -191,22 +192,24 @@ def ragged_batch(seed=0):
     old = -torch.rand(5, 6, generator=gen, dtype=torch.float64) * 3
     logp = old + 0.4 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
     adv = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    normaliser = 2 + torch.rand(5, 6, generator=gen, dtype=torch.float64)  # soft_q's fields
+    ref_logprobs = old + 0.3 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    ref_normaliser = normaliser + 0.2 * torch.randn(5, 6, generator=gen, dtype=torch.float64)
     return LossInputs(
-        logp, old, adv, mask, float(mask.sum()), 5, norm_constant=6.0, behaviour_logprobs=old
-    )
+        logp, old, adv, mask, float(mask.sum()), 5, norm_constant=6.0, behaviour_logprobs=old,
+        normaliser=normaliser, ref_logprobs=ref_logprobs, ref_normaliser=ref_normaliser,
+    )  # fmt: skip
 
 
 def micro_batches(x: LossInputs, splits=((0, 2), (2, 5))):
     """Row slices as update.py builds them: trimmed to their longest row, minibatch normalisers."""
     for lo, hi in splits:
         width = max(int(x.loss_mask[lo:hi].sum(-1).max()), 1)
-        yield LossInputs(
-            *(t[lo:hi, :width] for t in (x.logprobs, x.old_logprobs, x.advantages, x.loss_mask)),
-            num_tokens=x.num_tokens,
-            num_seqs=x.num_seqs,
-            norm_constant=x.norm_constant,
-            behaviour_logprobs=x.behaviour_logprobs[lo:hi, :width],
-        )
+        yield LossInputs(**{
+            f.name: v[lo:hi, :width] if isinstance(v, torch.Tensor) else v
+            for f in dataclasses.fields(x)
+            for v in [getattr(x, f.name)]
+        })  # fmt: skip
 
 
 @pytest.mark.parametrize("agg", AGG_NAMES)
@@ -381,7 +384,7 @@ def test_gradcheck_every_loss(loss, agg):
         torch.manual_seed(0)  # clip_cov draws its dropped tokens: the same draw every call
         x = LossInputs(
             lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0,
-            behaviour_logprobs=base,
+            behaviour_logprobs=base, normaliser=2 - old, ref_logprobs=old, ref_normaliser=2 + old,
         )  # fmt: skip
         return LOSSES[loss](x, algo).loss
 
@@ -394,7 +397,10 @@ def test_empty_response_gives_zero_loss(loss, agg):
     logprobs = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     zeros = torch.zeros(2, 3, dtype=torch.float64)
     old = torch.randn(2, 3).double()
-    x = LossInputs(logprobs, old, torch.randn(2, 3).double(), zeros, 0.0, 2, behaviour_logprobs=old)
+    x = LossInputs(
+        logprobs, old, torch.randn(2, 3).double(), zeros, 0.0, 2, behaviour_logprobs=old,
+        normaliser=old + 3, ref_logprobs=old, ref_normaliser=old + 2,
+    )  # fmt: skip
     out = LOSSES[loss](x, AlgoConfig(loss_agg=agg))
     assert torch.isfinite(out.loss) and out.loss.item() == 0.0
     out.loss.backward()
@@ -403,8 +409,9 @@ def test_empty_response_gives_zero_loss(loss, agg):
 
 
 # gmpo's sequence ratio gives each token its sequence's mean advantage (its own golden test);
-# clip_cov drops the gradient of a high-covariance token even at r = 1
-@pytest.mark.parametrize("loss", sorted(set(LOSS_NAMES) - {"gmpo", "clip_cov"}))
+# clip_cov drops the gradient of a high-covariance token even at r = 1; soft_q is a regression
+# on Bellman targets, not a policy gradient
+@pytest.mark.parametrize("loss", sorted(set(LOSS_NAMES) - {"gmpo", "clip_cov", "soft_q"}))
 def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
     # at r = 1 each loss has gradient -A / num_tokens per policy token under token-mean
     # (sapo too: d/dr [4/tau sigmoid(tau (r-1))] = 4 sigmoid'(0) = 1 at r = 1)
@@ -439,7 +446,8 @@ def test_a_nan_at_padding_reaches_neither_the_loss_nor_the_gradient(loss, agg):
         old = fill(x.old_logprobs)
         inputs = LossInputs(
             logp, old, fill(x.advantages), x.loss_mask, x.num_tokens, 5, norm_constant=6.0,
-            behaviour_logprobs=old,
+            behaviour_logprobs=old, normaliser=fill(x.normaliser),
+            ref_logprobs=fill(x.ref_logprobs), ref_normaliser=fill(x.ref_normaliser),
         )  # fmt: skip
         torch.manual_seed(0)  # clip_cov's draw
         out = LOSSES[loss](inputs, algo)
@@ -678,3 +686,42 @@ def test_dis_needs_behaviour_logprobs():
     x.behaviour_logprobs = None
     with pytest.raises(ValueError, match="behaviour_logprobs"):
         LOSSES["dis"](x, AlgoConfig())
+
+
+# ---- soft Q-learning ----
+
+
+def soft_q_case():
+    """One row, two policy tokens and a padded one (NaN there), q_beta 0.5, token-sum.
+    x - x_ref = (-1 + 2) - (-1.2 + 2) = 0.2 and (-0.5 + 3) - (-0.5 + 2.5) = 0.5, so Q = [0.1,
+    0.25]; targets [0.3, 1.0] leave errors [-0.2, -0.75] and a loss of (0.04 + 0.5625) / 2."""
+    nan = float("nan")
+    logp = torch.tensor([[-1.0, -0.5, nan]], dtype=torch.float64, requires_grad=True)
+    normaliser = torch.tensor([[2.0, 3.0, nan]], dtype=torch.float64, requires_grad=True)
+    x = LossInputs(
+        logp, logp.detach(), torch.tensor([[0.3, 1.0, 7.0]], dtype=torch.float64),
+        torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64), num_tokens=2.0, num_seqs=1,
+        normaliser=normaliser, ref_logprobs=torch.tensor([[-1.2, -0.5, 0.0]], dtype=torch.float64),
+        ref_normaliser=torch.tensor([[2.0, 2.5, 0.0]], dtype=torch.float64),
+    )  # fmt: skip
+    return x, logp, normaliser
+
+
+def test_soft_q_golden_loss_metrics_and_gradients():
+    x, logp, normaliser = soft_q_case()
+    out = LOSSES["soft_q"](x, AlgoConfig(q_beta=0.5, loss_agg="token-sum"))
+    assert out.loss.item() == pytest.approx((0.04 + 0.5625) / 2, abs=1e-12)
+    assert out.metrics["q/mean"] == pytest.approx((0.1 + 0.25) / 2, abs=1e-12)
+    assert out.metrics["q/abs_error"] == pytest.approx((0.2 + 0.75) / 2, abs=1e-12)
+    out.loss.backward()
+    # d/dlogp = d/dnormaliser = q_beta * error; nothing at padding
+    expected = torch.tensor([[0.5 * -0.2, 0.5 * -0.75, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(logp.grad, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(normaliser.grad, expected, rtol=0, atol=1e-12)
+
+
+def test_soft_q_names_a_missing_field():
+    x, _, _ = soft_q_case()
+    x.ref_normaliser = None
+    with pytest.raises(ValueError, match="ref_normaliser"):
+        LOSSES["soft_q"](x, AlgoConfig())

@@ -38,6 +38,8 @@ def test_every_estimator_trains(name, fast_overrides, monkeypatch):
     # an estimator of tree segments trains on tree rollouts
     trees = "segment_advantages" in getattr(ADVANTAGES[name], "requires", ())
     extra = ["rollout.tree_width=2"] if trees else []
+    if getattr(ADVANTAGES[name], "q_targets", False):  # Bellman targets go with their loss
+        extra.append("algo.loss=soft_q")
     _, moved = two_steps(fast_overrides, monkeypatch, f"algo.advantage={name}", *extra)
     assert moved
 
@@ -57,9 +59,11 @@ def test_estimators_needing_inputs_nobody_produces_are_refused_up_front(
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 @pytest.mark.parametrize("agg", sorted(AGGREGATIONS))
 def test_every_loss_and_aggregation_trains(loss, agg, fast_overrides, monkeypatch):
-    clip = ["algo.clip_low=0.0003", "algo.clip_high=0.0004"] if loss == "gspo" else []
+    extra = ["algo.clip_low=0.0003", "algo.clip_high=0.0004"] if loss == "gspo" else []
+    if getattr(LOSSES[loss], "q_targets", False):
+        extra.append("algo.advantage=soft_bellman")
     _, moved = two_steps(
-        fast_overrides, monkeypatch, f"algo.loss={loss}", f"algo.loss_agg={agg}", *clip
+        fast_overrides, monkeypatch, f"algo.loss={loss}", f"algo.loss_agg={agg}", *extra
     )
     assert moved
 

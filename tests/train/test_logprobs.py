@@ -9,29 +9,29 @@ from rlvr.train.logprobs import ChosenLogprobs, Gather, chunks, token_logprobs
 def reference(logits, targets, temperature):
     """The plain formula: a full log-softmax of the scaled logits."""
     logp = F.log_softmax(logits / temperature, -1)
-    return logp.gather(-1, targets[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+    normaliser = torch.logsumexp(logits / temperature, -1)
+    return logp.gather(-1, targets[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1), normaliser
 
 
 @pytest.mark.parametrize("chunk_elements", [1 << 24, 200, 7], ids=["rows", "row-pieces", "tiny"])
-@pytest.mark.parametrize("used", ["both", "chosen", "entropy"])
-def test_logprobs_entropy_and_their_gradients_match_a_full_log_softmax(
+@pytest.mark.parametrize("used", ["all", "chosen", "entropy", "normaliser", "chosen+normaliser"])
+def test_logprobs_entropy_normaliser_and_their_gradients_match_a_full_log_softmax(
     monkeypatch, chunk_elements, used
 ):
     monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 9, 50, generator=g, dtype=torch.float64) * 4
     targets = torch.randint(0, 50, (3, 9), generator=g)
-    weights = torch.randn(2, 3, 9, generator=g, dtype=torch.float64)
-    weights[1 if used == "chosen" else 0] *= used == "both"  # a loss without that output
+    weights = torch.randn(3, 3, 9, generator=g, dtype=torch.float64)
+    for k, name in enumerate(["chosen", "entropy", "normaliser"]):
+        weights[k] *= used == "all" or name in used.split("+")  # a loss without that output
     ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    chosen, entropy = ChosenLogprobs.apply(ours, targets, 0.7, True)
-    want_chosen, want_entropy = reference(theirs, targets, 0.7)
-    torch.testing.assert_close(chosen, want_chosen, rtol=0, atol=1e-12)
-    torch.testing.assert_close(entropy, want_entropy, rtol=0, atol=1e-12)
-    loss = {"both": weights[0] * chosen + weights[1] * entropy, "chosen": weights[0] * chosen,
-            "entropy": weights[1] * entropy}[used]  # fmt: skip
-    loss.sum().backward()
-    (weights[0] * want_chosen + weights[1] * want_entropy).sum().backward()
+    outputs = ChosenLogprobs.apply(ours, targets, 0.7, True)
+    wanted = reference(theirs, targets, 0.7)
+    for got, want in zip(outputs, wanted):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    sum(w * out for w, out in zip(weights, outputs) if w.any()).sum().backward()
+    sum(w * want for w, want in zip(weights, wanted)).sum().backward()
     assert theirs.grad.abs().max() > 0.1
     torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=1e-12)
 
@@ -46,10 +46,10 @@ def test_sum_pi_squared_fills_from_the_same_chunks_without_changing_anything_els
     logits = (torch.randn(3, 9, 50, generator=g, dtype=torch.float64) * 4).requires_grad_()
     targets = torch.randint(0, 50, (3, 9), generator=g)
     squares = torch.zeros(3, 9, dtype=torch.float64)
-    chosen, entropy = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy, squares)
+    chosen, entropy, _ = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy, squares)
     want = F.softmax(logits.detach() / 0.7, -1).square().sum(-1)
     torch.testing.assert_close(squares, want, rtol=0, atol=1e-12)
-    plain_chosen, plain_entropy = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy)
+    plain_chosen, plain_entropy, _ = ChosenLogprobs.apply(logits, targets, 0.7, with_entropy)
     assert torch.equal(chosen, plain_chosen) and torch.equal(entropy, plain_entropy)
     chosen.sum().backward()  # the filled buffer is no output: backward is unchanged
     grad = logits.grad.clone()
@@ -68,7 +68,7 @@ def test_gather_gives_the_log_softmax_of_other_tokens_with_its_gradient(
     targets = torch.randint(0, 50, (3, 9), generator=g)
     weights = torch.randn(3, 9, 4, generator=g, dtype=torch.float64)
     ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    chosen, _ = ChosenLogprobs.apply(ours, targets, 0.7, False)
+    chosen, _, _ = ChosenLogprobs.apply(ours, targets, 0.7, False)
     top = Gather(k=4)  # the model's own 4 likeliest tokens
     top.fill(ours, targets, chosen, 0.7)
     full = F.log_softmax(theirs / 0.7, -1)
@@ -128,7 +128,7 @@ def test_token_logprobs_of_a_model_match_the_plain_formula(tiny_model):
     chosen, entropy = token_logprobs(tiny_model, ids, torch.ones_like(ids), 0.8, with_entropy=True)
     with torch.no_grad():
         logits = tiny_model(input_ids=ids).logits[:, :-1]
-    want_chosen, want_entropy = reference(logits, ids[:, 1:], 0.8)
+    want_chosen, want_entropy, _ = reference(logits, ids[:, 1:], 0.8)
     torch.testing.assert_close(chosen, want_chosen, rtol=0, atol=1e-5)
     torch.testing.assert_close(entropy, want_entropy, rtol=0, atol=1e-5)
     assert not entropy.requires_grad and chosen.requires_grad

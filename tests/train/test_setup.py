@@ -102,3 +102,22 @@ def test_the_vllm_engine_without_vllm_stops_before_any_work(monkeypatch):
     )
     with pytest.raises(ConfigError, match=r"vLLM is not installed.*vllm_cpu_tests\.sh"):
         build_components(load_config(None, ["rollout.engine=vllm"]))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["algo.loss=soft_q"], ["algo.advantage=soft_bellman"]],
+    ids=["loss-alone", "estimator-alone"],
+)
+def test_soft_q_learning_comes_as_its_loss_and_its_targets_together(overrides):
+    with pytest.raises(ConfigError, match="algo.loss=soft_q with algo.advantage=soft_bellman"):
+        components(*overrides)
+    built = components("algo.loss=soft_q", "algo.advantage=soft_bellman")
+    assert built.requires == {"soft_values", "soft_q_values"}
+
+
+def test_replay_refuses_a_multi_turn_task(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"prompt": "1+1=", "response": "#### 2"}\n')
+    with pytest.raises(ConfigError, match="rollout.replay answers each prompt with one"):
+        components("task.name=guess_number", f"rollout.replay={log}")

@@ -7,7 +7,7 @@ from rlvr.algos.losses import ppo_clip
 from rlvr.config import LoraSettings, load_config
 from rlvr.distributed.data_parallel import by_length
 from rlvr.models.lora import apply_lora
-from rlvr.train.logprobs import token_logprobs
+from rlvr.train.logprobs import LogNormaliser, token_logprobs
 from rlvr.train.shared_prefix import Prompts, find_prompts, to_columns, worth_sharing
 from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
@@ -91,22 +91,24 @@ def test_shared_prompt_logprobs_entropy_and_gradients_equal_the_plain_forward(
     def run(shared):
         model.zero_grad()
         squares = torch.zeros(mask.shape, dtype=torch.float64)
+        lse = LogNormaliser()
         chosen, entropy = token_logprobs(
             model, batch.input_ids, batch.attention_mask, 0.7, with_entropy=True,
             entropy_grad=True, sum_pi_squared=squares, prompts=prompts if shared else None,
+            normaliser=lse,
         )  # fmt: skip
-        ((chosen * weights + 0.3 * entropy) * mask).sum().backward()
+        ((chosen * weights + 0.3 * entropy - 0.2 * lse.values) * mask).sum().backward()
         grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
-        return chosen * mask, entropy * mask, squares * mask, grads
+        return chosen * mask, entropy * mask, squares * mask, lse.values * mask, grads
 
     plain, shared = run(False), run(True)
-    for want, got in zip(plain[:3], shared[:3]):
+    for want, got in zip(plain[:4], shared[:4]):
         assert want.abs().sum() > 0.1
         torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
     # HF's RMSNorm runs in float32 even in a float64 model, and sharing sums the rows' prompt
     # gradients in another order: equal to float32 rounding of each parameter's largest entry
-    assert max(g.abs().max() for g in plain[3]) > 1e-3
-    for want, got in zip(plain[3], shared[3]):
+    assert max(g.abs().max() for g in plain[4]) > 1e-3
+    for want, got in zip(plain[4], shared[4]):
         assert (got - want).abs().max() <= 1e-6 * want.abs().max()
 
 
