@@ -20,7 +20,7 @@ def _config(config: str | Path | dict | Config | None, overrides: tuple[str, ...
 
 
 def runner(cfg: Config):
-    """What trains this config: a cohort, a debate, or one Trainer."""
+    """What trains this config: a cohort, a debate, RSPO's pair, or one Trainer."""
     if cfg.cohort.members:
         from rlvr.train.cohort import Cohort
 
@@ -29,6 +29,10 @@ def runner(cfg: Config):
         from rlvr.train.debate import Debate
 
         return Debate
+    if cfg.algo.rspo_explorer:
+        from rlvr.train.rspo import RSPO
+
+        return RSPO
     from rlvr.train.trainer import Trainer
 
     return Trainer

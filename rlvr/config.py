@@ -660,6 +660,13 @@ class AlgoConfig(Section):
         description="Upper bound of the truncated IS weights (sequence_mask: the band is "
         "[1 / tis_cap, tis_cap]).",
     )
+    rspo_explorer: bool = Field(
+        False,
+        description="RSPO: train an explorer copy of the policy on the env's own (process) "
+        "rewards, and add its replies, relabelled with the outcome (1 if solved, else 0), to the "
+        "main policy's batch, which trains on outcomes only; algo.tis weights those rows by "
+        "pi_main / pi_explorer. Logs to <run>/main and <run>/explorer.",
+    )
     weight_samples: int = Field(
         0,
         ge=0,
@@ -1059,6 +1066,11 @@ class Config(Section):
             )
         if a.weight_samples:
             self._check_weight_samples()
+        if a.rspo_explorer and (self.cohort.members or self.debate.rounds or r.replay):
+            raise ValueError(
+                "algo.rspo_explorer pairs one policy with its explorer; a cohort, a debate or "
+                "rollout.replay trains otherwise; fix: turn those off (or algo.rspo_explorer=false)"
+            )
         if r.replay:
             self._check_replay()
         if r.max_staleness and a.tis == "off":
