@@ -182,8 +182,8 @@ class Trainer:
             )
         a, kl = cfg.algo, self.components.kl
         # soft Q-learning reads Q and V off the logits relative to the reference's
-        soft_q = "soft_values" in self.components.requires
-        needs_reference = kl is not None or soft_q
+        wants_soft_values = "soft_values" in self.components.requires
+        needs_reference = kl is not None or wants_soft_values
         start = ReferencePolicy(self.model) if needs_reference or a.elliptical_beta else None
         self.reference = start if needs_reference else None
         self.explorer = start if a.elliptical_beta else None  # RepExp reads the frozen start
@@ -673,9 +673,9 @@ class Trainer:
         wants_squares = "sum_pi_squared" in self.components.requires
         squares = torch.zeros_like(rows.loss_mask) if wants_squares else None
         # soft Q-learning: each position's logsumexp under the old policy and the reference
-        soft_q = "soft_values" in self.components.requires
-        old_lse = torch.zeros_like(rows.loss_mask) if soft_q else None
-        ref_lse = torch.zeros_like(rows.loss_mask) if soft_q else None
+        wants_soft_values = "soft_values" in self.components.requires
+        old_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
+        ref_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
         # poise's probe reads hidden states of that pass too (a hook on one layer)
         probe, features = self.probe, None
         if probe is not None:
@@ -683,7 +683,8 @@ class Trainer:
         extra = {}
         # old and reference logprobs in the precision the update computes the new ones in
         precision = autocast(cfg.train.autocast, self.model.device)
-        if not on_policy or cfg.algo.tis != "off" or wants_squares or probe is not None or soft_q:
+        reads_old = wants_squares or probe is not None or wants_soft_values  # from that pass
+        if not on_policy or cfg.algo.tis != "off" or reads_old:
             with timed(timings, "time/old_logprobs"), precision:
                 old = batch_logprobs(
                     self.model, rows, micro, temperature, share, squares, features, old_lse
@@ -726,7 +727,7 @@ class Trainer:
         )  # fmt: skip
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
-        if soft_q:
+        if wants_soft_values:
             inputs.soft_values = episode_part(cfg.algo.q_beta * (old_lse - ref_lse))
             inputs.soft_q_values = episode_part(cfg.algo.q_beta * (old + old_lse - ref - ref_lse))
         if probe is not None:  # the probe as fitted on earlier steps only
