@@ -40,7 +40,7 @@ def test_rspo_needs_importance_weights_and_a_single_pair(fast_overrides):
 def test_the_main_policy_learns_its_own_and_the_explorers_replies_on_outcomes(
     fast_overrides, monkeypatch
 ):
-    """Two steps on guess-the-number: the explorer learns from the env's process rewards, the
+    """A step of guess-the-number: the explorer learns from the env's process rewards, the
     main policy from its own episodes and the explorer's, outcomes only."""
     seen: dict[str, list] = {"main": [], "explorer": []}
     learn = Trainer.learn
@@ -54,7 +54,7 @@ def test_the_main_policy_learns_its_own_and_the_explorers_replies_on_outcomes(
 
     monkeypatch.setattr(Trainer, "learn", spy)
     cfg = load_config(None, [
-        *fast_overrides, "task.name=guess_number", "rollout.max_turns=4", "train.steps=2",
+        *fast_overrides, "task.name=guess_number", "rollout.max_turns=4", "train.steps=1",
         "algo.rspo_explorer=true", "algo.tis=token",
     ])  # fmt: skip
     assert runner(cfg) is RSPO
