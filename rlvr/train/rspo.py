@@ -107,7 +107,7 @@ class RSPO(TrainerGroup):
                 replayed = relabelled_replay(explored.trajectories, first_group)
                 explorer_metrics = explorer.learn(explored)  # on the env's process rewards
                 explorer.record(explorer_metrics, time.perf_counter() - start)
-                start = time.perf_counter() - sampling
+                start = time.perf_counter() - sampling  # the main step's time counts its sampling
                 own.trajectories = [outcome_only(t) for t in own.trajectories] + replayed
                 own.metrics.update(
                     {
