@@ -997,6 +997,13 @@ class DebateConfig(Section):
     )
 
 
+def refuse_clashes(settings: dict[str, bool], feature: str, clash: str, off: str) -> None:
+    """A ValueError naming every setting in `settings` that is on: `feature` cannot run beside
+    them, as each `clash`es with it; the fix turns them off, or the feature (`off`)."""
+    if on := [name for name, enabled in settings.items() if enabled]:
+        raise ValueError(f"{feature}; {', '.join(on)} {clash}; fix: turn those off (or {off})")
+
+
 class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy model.")
     task: TaskConfig = Field(
@@ -1175,12 +1182,13 @@ class Config(Section):
             "debate.rounds": bool(self.debate.rounds),
             "cohort.members": bool(self.cohort.members),
         }
-        if clash := [name for name, on in others.items() if on]:
-            raise ValueError(
-                f"rollout.replay trains on logged single-turn replies, whose sampling logprobs "
-                f"are unknown, in this process; {', '.join(clash)} needs them sampled live or "
-                "weighted by them; fix: turn those off (or rollout.replay='')"
-            )
+        refuse_clashes(
+            others,
+            "rollout.replay trains on logged single-turn replies, whose sampling logprobs are "
+            "unknown, in this process",
+            "needs them sampled live or weighted by them",
+            "rollout.replay=''",
+        )
 
     def _check_weight_samples(self) -> None:
         """3PO samples every reply of the in-process rollout from a weight draw of the policy's
@@ -1206,12 +1214,13 @@ class Config(Section):
             "debate.rounds": bool(self.debate.rounds),
             "cohort.members": bool(self.cohort.members),
         }
-        if clash := [name for name, on in others.items() if on]:
-            raise ValueError(
-                f"algo.weight_samples perturbs the weights the in-process engine samples with, "
-                f"one policy at a time; {', '.join(clash)} samples otherwise; fix: turn "
-                "those off (or algo.weight_samples=0)"
-            )
+        refuse_clashes(
+            others,
+            "algo.weight_samples perturbs the weights the in-process engine samples with, one "
+            "policy at a time",
+            "samples otherwise",
+            "algo.weight_samples=0",
+        )
 
     def hash(self) -> str:
         """Hash of what determines the run's numbers (not where it logs)."""

@@ -33,11 +33,15 @@ def read_log(path: str) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}, line {number}: not JSON ({e.msg}). Fix that line.") from e
-        missing = [k for k in ("prompt", "response") if k not in row]
-        if not isinstance(row, dict) or missing:
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{path}, line {number}: expected a JSON object with 'prompt' and 'response', "
+                f"got {type(row).__name__}."
+            )
+        if missing := [k for k in ("prompt", "response") if k not in row]:
             raise ValueError(
                 f"{path}, line {number}: a logged reply needs 'prompt' (text or chat messages) "
-                f"and 'response' (text); missing {missing or 'both: not an object'}."
+                f"and 'response' (text); missing {missing}."
             )
         rows.append(row)
     if not rows:

@@ -66,9 +66,10 @@ def test_an_unlogged_prompt_and_a_greedy_call_are_refused(tokenizer, tmp_path):
         (None, "no such file"),
         ('{"prompt": "a", "response": "b"}\n{"prompt": "a", \n', r"line 2: not JSON"),
         ('{"prompt": "a"}\n', r"line 1: .*missing \['response'\]"),
+        ('{"prompt": "a", "response": "b"}\n5\n', r"line 2: expected a JSON object.*got int"),
         ("\n\n", "holds no replies"),
     ],
-    ids=["missing", "bad-json", "no-response", "empty"],
+    ids=["missing", "bad-json", "no-response", "not-an-object", "empty"],
 )
 def test_a_bad_log_is_named_with_its_line(tmp_path, content, message):
     path = tmp_path / "log.jsonl"
