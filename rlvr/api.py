@@ -3,20 +3,24 @@ Heavy imports wait until a function is called, so `import rlvr` stays quick."""
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import Config, ConfigError, build_config, load_config
+from rlvr.config import Config, ConfigError, load_config
 
 
 def _config(config: str | Path | dict | Config | None, overrides: tuple[str, ...]) -> Config:
-    if isinstance(config, Config):
-        config = config.model_dump(mode="json")
+    """The run's config with the recommended settings where it leaves a key unset."""
+    from rlvr.train.recommend import apply_recommended
+
+    if isinstance(config, Config):  # what it leaves unset stays unset, so recommendations apply
+        config = config.model_dump(mode="json", exclude_unset=True)
     if isinstance(config, dict):
-        return load_config(None, list(overrides), base=build_config(config).model_dump(mode="json"))
-    return load_config(config, list(overrides))
+        return apply_recommended(load_config(None, list(overrides), base=copy.deepcopy(config)))
+    return apply_recommended(load_config(config, list(overrides)))
 
 
 def runner(cfg: Config):
@@ -88,7 +92,7 @@ def load_for_eval(
         model_path = str(run.final)
         step = run.read_summary().get("steps", 0) if run.summary_file.is_file() else 0
     elif task:
-        cfg = load_config(config, [*named, *overrides])
+        cfg = _config(config, (*named, *overrides))
     else:
         raise ConfigError(
             f"{model} is not a run directory, so name the task it is evaluated on; fix: "

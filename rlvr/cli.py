@@ -27,10 +27,12 @@ def _config(path: str | None, overrides: list[str], quiet: bool):
     # a first positional that contains '=' is an override, not a file
     if path and "=" in path:
         overrides, path = [path, *overrides], None
+    from rlvr.train.recommend import apply_recommended
+
     cfg = load_config(path, overrides)
     if quiet:
         cfg.log.quiet = True
-    return cfg
+    return apply_recommended(cfg)
 
 
 def cmd_train(args) -> None:

@@ -817,7 +817,9 @@ class TrainConfig(Section):
     lr: float = Field(
         1e-4,
         gt=0,
-        description="Peak learning rate of AdamW (tuned for the tiny model; real models want ~1e-6).",
+        description="Peak learning rate of AdamW, tuned for the tiny model; left unset, `rlvr train` "
+        "gives a pretrained model 1e-6 (2e-5 with LoRA) and a task its tuned rate (README: "
+        "recommended settings).",
     )
     lr_schedule: Literal["constant", "cosine"] = Field(
         "constant", description="Learning-rate schedule after warmup."

@@ -39,6 +39,10 @@ class Task(Protocol):
     # line); `fit` returns the problem, a truncated copy, or None to drop it, or raises a
     # ValueError naming the fix (it checks prompts against the model's context before any work).
     # And `fingerprint() -> str`: a hash of that data, so a warm start is cached on what it read.
+    #
+    # Optional: `recommended_tiny: dict[str, Any]`, dotted config keys -> values that suit the
+    # embedded tiny model on this task (preset, warm start, lengths, lr); `rlvr train` uses each
+    # one the user left unset and says so (rlvr/train/recommend.py).
 
 
 def seeded_rng(*parts: object) -> random.Random:

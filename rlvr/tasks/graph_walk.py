@@ -63,6 +63,13 @@ class GraphWalkTask(GeneratedTask):
     name = "graph_walk"
     verifier = "exact"
     Params = GraphWalkParams
+    # examples/graph_walk.toml (benchmarks/methods/graph_walk.py).
+    recommended_tiny = {
+        "model.pretrain_steps": 100,
+        "model.pretrain_batch_size": 32,
+        "rollout.max_new_tokens": 12,
+        "train.lr": 2e-4,
+    }
 
     def __init__(self, params: GraphWalkParams, seed: int, eval_size: int):
         if params.hops >= params.vertices:

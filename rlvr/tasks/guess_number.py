@@ -31,6 +31,8 @@ class GuessNumberTask:
     name = "guess_number"
     verifier = None  # the env scores the episode
     Params = GuessNumberParams
+    # examples/guess_number.toml: replies are short, and games cost several turns each.
+    recommended_tiny = {"rollout.batch_size": 64, "rollout.max_new_tokens": 24}
 
     def __init__(self, params: GuessNumberParams, seed: int, eval_size: int):
         self.params, self.seed, self.eval_size = params, seed, eval_size

@@ -57,6 +57,13 @@ class LinearProgramTask(GeneratedTask):
     name = "linear_program"
     verifier = "miniopt"
     Params = LinearProgramParams
+    # examples/miniopt.toml: programs run to about 200 tokens.
+    recommended_tiny = {
+        "rollout.batch_size": 64,
+        "rollout.max_new_tokens": 224,
+        "train.lr": 2e-5,
+        "train.micro_batch_size": 32,
+    }
     # The embedded tokenizer spells each tag as one token, as a real tokenizer's <think> is.
     added_tokens = TAGS
 

@@ -68,6 +68,8 @@ class NestedLevelsTask:
     name = "nested_levels"
     verifier = None  # the task's own gated reward scores the reply
     Params = NestedLevelsParams
+    # examples/nested_levels.toml (benchmarks/methods/hierarchical.py).
+    recommended_tiny = {"rollout.batch_size": 64, "rollout.max_new_tokens": 16, "train.lr": 3e-4}
 
     def __init__(self, params: NestedLevelsParams, seed: int, eval_size: int):
         self.params, self.seed, self.eval_size = params, seed, eval_size

@@ -27,6 +27,8 @@ class NimTask:
     name = "nim"
     verifier = None  # the env scores the episode
     Params = NimParams
+    # examples/nim.toml: replies are short, and games cost several turns each.
+    recommended_tiny = {"rollout.batch_size": 64, "rollout.max_new_tokens": 24}
 
     def __init__(self, params: NimParams, seed: int, eval_size: int):
         self.params, self.seed, self.eval_size = params, seed, eval_size

@@ -33,6 +33,14 @@ class ProductSumTask(GeneratedTask):
     name = "product_sum"
     verifier = "numeric"
     Params = ProductSumParams
+    # examples/parason.toml (benchmarks/methods/parason.py).
+    recommended_tiny = {
+        "model.pretrain_steps": 600,
+        "rollout.batch_size": 64,
+        "rollout.max_new_tokens": 144,
+        "train.lr": 2e-5,
+        "train.micro_batch_size": 32,
+    }
     # The embedded tokenizer spells each tag as one token, as a real tokenizer spends a few on it.
     added_tokens = TAG_TOKENS
 

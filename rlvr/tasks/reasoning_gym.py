@@ -46,6 +46,8 @@ class ReasoningGymTask:
     name = "reasoning_gym"
     verifier = "reasoning_gym"
     Params = ReasoningGymParams
+    # examples/reasoning_gym.toml's warm start: prompts are prose, longer than arithmetic's.
+    recommended_tiny = {"model.preset": "micro", "model.pretrain_steps": 1200}
 
     def __init__(self, params: ReasoningGymParams, seed: int, eval_size: int):
         for key in ("seed", "size"):

@@ -45,6 +45,15 @@ class SearchQATask:
     name = "search_qa"
     verifier = "exact"
     Params = SearchQAParams
+    # examples/search_qa.toml: a search call is about 70 characters; search, maybe search
+    # again, answer; the tiny model's context is 512 tokens.
+    recommended_tiny = {
+        "model.preset": "micro",
+        "model.pretrain_steps": 1200,
+        "rollout.max_new_tokens": 80,
+        "rollout.max_turns": 3,
+        "rollout.max_total_tokens": 512,
+    }
 
     def __init__(self, params: SearchQAParams, seed: int, eval_size: int):
         self.params, self.seed = params, seed

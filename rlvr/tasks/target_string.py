@@ -68,6 +68,13 @@ class TargetStringTask(GeneratedTask):
     name = "target_string"
     verifier = "exact_reply"
     Params = TargetStringParams
+    # examples/target_string.toml (benchmarks/methods/demystifying.py).
+    recommended_tiny = {
+        "model.pretrain_steps": 150,
+        "model.pretrain_batch_size": 32,
+        "rollout.max_new_tokens": 10,
+        "train.lr": 3e-4,
+    }
 
     def __init__(self, params: TargetStringParams, seed: int, eval_size: int):
         if params.alternative == params.target:

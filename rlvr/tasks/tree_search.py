@@ -88,6 +88,13 @@ class TreeSearchTask:
     name = "tree_search"
     verifier = None  # the env scores the episode
     Params = TreeSearchParams
+    # examples/tree_search.toml: one short move per turn, up to max_moves (24) turns.
+    recommended_tiny = {
+        "rollout.batch_size": 64,
+        "rollout.max_new_tokens": 8,
+        "rollout.max_turns": 24,
+        "rollout.max_total_tokens": 512,
+    }
 
     def __init__(self, params: TreeSearchParams, seed: int, eval_size: int):
         p = params
