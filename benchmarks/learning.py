@@ -14,8 +14,13 @@ training to each eval, and whether the best accuracy held to the last eval (with
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
 
-    python benchmarks/learning.py [--tasks countdown arithmetic] [--seeds 0 1 2] [--steps 100]
-                                  [--eval-every 10] [--plot learning.png] [section.key=value ...]
+Tasks: arithmetic, countdown, and hard/<name> for each of examples/hard/'s settings. TRL's
+GRPOTrainer trains single-turn completions, so the multi-turn games (hard/nim,
+hard/guess_number) run with --frameworks rlvr.
+
+    python benchmarks/learning.py [--tasks countdown hard/multiply] [--seeds 0 1 2] [--steps 100]
+                                  [--eval-every 10] [--frameworks rlvr trl] [--plot learning.png]
+                                  [section.key=value ...]
 """
 
 from __future__ import annotations
@@ -34,8 +39,21 @@ import transformers
 sys.path.insert(0, str(Path(__file__).parent))
 from vs_trl import cpu_model, run_child, shared_setup  # noqa: E402
 
-# Each task as overrides of the default config (a child process reads no config file);
-# countdown is examples/countdown.toml's setting.
+
+def file_overrides(path: Path) -> list[str]:
+    """A TOML config as dotted overrides (a child process reads no config file)."""
+    from rlvr.config import read_file
+
+    return [
+        f"{section}.{key}={json.dumps(value)}"
+        for section, values in read_file(path).items()
+        for key, value in values.items()
+    ]
+
+
+# Each task as overrides of the default config; countdown is examples/countdown.toml's setting,
+# hard/* are examples/hard/'s (benchmarks/difficulty.py measures their bases).
+HARD = sorted((Path(__file__).parents[1] / "examples" / "hard").glob("*.toml"))
 TASKS = {
     "arithmetic": [],
     "countdown": [
@@ -43,6 +61,7 @@ TASKS = {
         "task.max_number=20", "task.rewards={countdown: 1.0, format: 0.1}",
         "rollout.max_new_tokens=64", "algo.kl_coef=0.01",
     ],
+    **{f"hard/{path.stem}": file_overrides(path) for path in HARD},
 }  # fmt: skip
 COMMON = ["train.lr_schedule=constant", "train.eval_k=4"]
 
@@ -93,25 +112,42 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument(
+        "--frameworks", nargs="+", choices=["rlvr", "trl"], default=["rlvr", "trl"],
+        help="TRL's GRPOTrainer trains single-turn completions: leave it out for multi-turn games",
+    )  # fmt: skip
     parser.add_argument("--plot", help="write the curves to this PNG")
     parser.add_argument("overrides", nargs="*", help="section.key=value for every task")
     args = parser.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
         for task in args.tasks:
-            overrides = COMMON + TASKS[task] + args.overrides
+            overrides = TASKS[task] + COMMON + args.overrides
             cfg, components, display, load_policy = shared_setup(overrides)
             model, tokenizer = load_policy(cfg, components, display)  # the warm start, cached
             model_dir = f"{work}/{task}-model"
             model.save_pretrained(model_dir)
             tokenizer.save_pretrained(model_dir)
-            runs: dict[str, list[dict]] = {"rlvr": [], "trl": []}
+            runs: dict[str, list[dict]] = {name: [] for name in args.frameworks}
             for seed in args.seeds:
                 for framework in runs:
                     out = f"{work}/{task}-{framework}-{seed}"
                     seeded = [*overrides, f"train.seed={seed}"]
-                    runs[framework].append(
-                        run_child(framework, model_dir, out, args.steps, args.eval_every, seeded)
+                    run = run_child(framework, model_dir, out, args.steps, args.eval_every, seeded)
+                    runs[framework].append(run)
+                    # One line per finished run on stderr, so a cut-short sweep keeps its results.
+                    accuracy = {s: e["eval/accuracy"] for s, e in run["eval_by_step"].items()}
+                    print(
+                        json.dumps(
+                            {
+                                "task": task,
+                                "framework": framework,
+                                "seed": seed,
+                                "accuracy_by_step": accuracy,
+                            }
+                        ),
+                        file=sys.stderr,
+                        flush=True,
                     )
             results[task] = {
                 name: {"summary": curves(seeds), "seeds": seeds} for name, seeds in runs.items()
