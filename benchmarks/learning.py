@@ -41,11 +41,12 @@ from vs_trl import cpu_model, run_child, shared_setup  # noqa: E402
 
 
 def file_overrides(path: Path) -> list[str]:
-    """A TOML config as dotted overrides (a child process reads no config file)."""
+    """A TOML config as dotted overrides (a child process reads no config file); text as typed,
+    since a text field keeps its quotes, anything else as JSON, which parses as YAML."""
     from rlvr.config import read_file
 
     return [
-        f"{section}.{key}={json.dumps(value)}"
+        f"{section}.{key}={value if isinstance(value, str) else json.dumps(value)}"
         for section, values in read_file(path).items()
         for key, value in values.items()
     ]
