@@ -52,18 +52,14 @@ def file_overrides(path: Path) -> list[str]:
     ]
 
 
-# Each task as overrides of the default config; countdown is examples/countdown.toml's setting,
+# Each task as overrides of the default config: countdown is examples/countdown.toml's setting,
 # hard/* are examples/hard/'s (benchmarks/difficulty.py measures their bases).
-HARD = sorted((Path(__file__).parents[1] / "examples" / "hard").glob("*.toml"))
+EXAMPLES = Path(__file__).parents[1] / "examples"
 TASKS = {
     "arithmetic": [],
-    "countdown": [
-        "model.preset=micro", "model.pretrain_steps=1200", "task.name=countdown", "task.count=3",
-        "task.max_number=20", "task.rewards={countdown: 1.0, format: 0.1}",
-        "rollout.max_new_tokens=64", "algo.kl_coef=0.01",
-    ],
-    **{f"hard/{path.stem}": file_overrides(path) for path in HARD},
-}  # fmt: skip
+    "countdown": file_overrides(EXAMPLES / "countdown.toml"),
+    **{f"hard/{path.stem}": file_overrides(path) for path in sorted(EXAMPLES.glob("hard/*.toml"))},
+}
 COMMON = ["train.lr_schedule=constant", "train.eval_k=4"]
 
 
@@ -138,18 +134,8 @@ def main() -> None:
                     runs[framework].append(run)
                     # One line per finished run on stderr, so a cut-short sweep keeps its results.
                     accuracy = {s: e["eval/accuracy"] for s, e in run["eval_by_step"].items()}
-                    print(
-                        json.dumps(
-                            {
-                                "task": task,
-                                "framework": framework,
-                                "seed": seed,
-                                "accuracy_by_step": accuracy,
-                            }
-                        ),
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    line = {"task": task, "framework": framework, "seed": seed}
+                    print(json.dumps({**line, "accuracy_by_step": accuracy}), file=sys.stderr)
             results[task] = {
                 name: {"summary": curves(seeds), "seeds": seeds} for name, seeds in runs.items()
             }
