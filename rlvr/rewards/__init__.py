@@ -15,6 +15,7 @@ from rlvr.rewards.optimization import OptReward
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
 from rlvr.rewards.reasoning_gym import reasoning_gym_score
 from rlvr.rewards.reward_model import RewardModel
+from rlvr.rewards.solution import solution_prefix
 from rlvr.rewards.spurious import RandomReward
 
 __all__ = [
@@ -42,6 +43,7 @@ REWARDS: dict[str, RewardFn] = {
     "reasoning_gym": reasoning_gym_score,
     "exact_reply": exact_reply,
     "levenshtein": levenshtein,
+    "solution_prefix": solution_prefix,
     "random": RandomReward,
     "miniopt": OptReward,
 }

@@ -148,12 +148,15 @@ class ArithmeticTask(GeneratedTask):
             a, b = b, a
         answer = {"add": a + b, "sub": a - b, "mul": a * b}[op]
         text = f"{a}{SYMBOLS[op]}{b}"
+        metadata = {"op": op, "a": a, "b": b}
+        # The worked solution rides along for solution_prefix's process credit.
+        metadata["solution"] = self._solve(metadata, flawed=False)
         return Problem(
             id=f"arith-{text}",
             prompt=f"{text}=",
             answer=str(answer),
             domain="arithmetic",
-            metadata={"op": op, "a": a, "b": b},
+            metadata=metadata,
         )
 
     def paraphrase(self, problem: Problem) -> Problem:
@@ -161,7 +164,9 @@ class ArithmeticTask(GeneratedTask):
         return reworded(problem, REWORDINGS[meta["op"]], a=meta["a"], b=meta["b"])
 
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
-        meta = problem.metadata
+        return self._solve(problem.metadata, flawed)
+
+    def _solve(self, meta: dict, flawed: bool) -> str:
         long_mul = meta["op"] == "mul" and self.params.scratchpad == "long"
         solver = _mul_long if long_mul else SOLVERS[meta["op"]]
         steps, answer = solver(meta["a"], meta["b"], flawed)
