@@ -20,7 +20,9 @@ hard/guess_number) run with --frameworks rlvr.
 
     python benchmarks/learning.py [--tasks countdown hard/multiply] [--seeds 0 1 2] [--steps 100]
                                   [--eval-every 10] [--frameworks rlvr trl] [--plot learning.png]
-                                  [section.key=value ...]
+                                  [-- section.key=value ...]
+
+The `--` ends --tasks' and --frameworks' lists, which would otherwise take the overrides.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def main() -> None:
         help="TRL's GRPOTrainer trains single-turn completions: leave it out for multi-turn games",
     )  # fmt: skip
     parser.add_argument("--plot", help="write the curves to this PNG")
-    parser.add_argument("overrides", nargs="*", help="section.key=value for every task")
+    parser.add_argument("overrides", nargs="*", help="section.key=value for every task, after --")
     args = parser.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
