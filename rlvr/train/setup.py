@@ -160,6 +160,12 @@ def build_components(cfg: Config) -> Components:
             "conversations), and RGPO hints single-turn prompts. Fix: algo.rgpo_segments=0, "
             "or a single-turn task"
         )
+    if "solution_prefix" in cfg.task.rewards and "solution" not in task.train_problem(0).metadata:
+        raise ConfigError(
+            f"task.rewards: solution_prefix scores replies against a worked solution, and task "
+            f"'{cfg.task.name}' gives its problems none. Fix: remove solution_prefix, or use the "
+            "arithmetic task or a jsonl task with task.solution_field"
+        )
     routes = getattr(task, "verifiers", None)  # a mix: {domain: its task's verifier}
     if routes and cfg.task.rewards:
         raise ConfigError(

@@ -121,3 +121,13 @@ def test_replay_refuses_a_multi_turn_task(tmp_path):
     log.write_text('{"prompt": "1+1=", "response": "#### 2"}\n')
     with pytest.raises(ConfigError, match="rollout.replay answers each prompt with one"):
         components("task.name=guess_number", f"rollout.replay={log}")
+
+
+def test_solution_prefix_needs_problems_with_a_worked_solution():
+    rewards = 'task.rewards={"countdown": 1.0, "solution_prefix": 0.5}'
+    with pytest.raises(ConfigError, match="solution_field"):
+        build_components(load_config(None, ["task.name=countdown", rewards]))
+    cfg = load_config(None, ['task.rewards={"numeric": 1.0, "solution_prefix": 0.5}'])
+    components = build_components(cfg)
+    problem = components.task.train_problem(0)
+    assert components.reward(problem, components.task.demonstration(problem)).value == 1.5
