@@ -10,8 +10,9 @@ def solution_prefix(problem: Problem, response: str) -> Score:
     """Share of the worked solution's steps the reply repeats before its first departure.
 
     Steps are the whitespace-separated words of metadata['solution']; the credit is the
-    matched leading steps over all its steps, in [0, 1], ok only for the whole solution. A slip late in a 40-step scratchpad earns more than one in its first step, where an outcome
-    reward scores both 0. It pays for following the reference's route, so use it beside the
+    matched leading steps over all its steps, in [0, 1], ok only for the whole solution. A slip
+    late in a 40-step scratchpad earns more than one in its first step, where an outcome reward
+    scores both 0. It pays for following the reference's route, so use it beside the
     verifier and only where the task has one procedure (scratchpad arithmetic), not free-form
     reasoning that may reach the answer another way."""
     solution = problem.metadata.get("solution")
