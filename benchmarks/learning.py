@@ -10,7 +10,8 @@ eval: greedy accuracy, pass@1 and pass@k (k = train.eval_k) and response length 
 held-out problems. Prints one JSON object: per task and framework, each seed's curves, the mean
 and spread of greedy accuracy at every eval, the median seconds per step, the seconds of
 training to each eval, and whether the best accuracy held to the last eval (within 0.05).
---plot writes the greedy-accuracy curves (mean and min-max band over seeds).
+--plot writes greedy accuracy (mean and min-max band over seeds) and pass@1 against
+seconds of training.
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
 
@@ -88,19 +89,29 @@ def curves(seeds: list[dict]) -> dict:
 
 
 def plot(results: dict, path: str) -> None:
+    """Per task, greedy accuracy (mean and min-max band over seeds) and mean pass@1 against the
+    seconds of training to each eval, the axis on which the frameworks race."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
-    for ax, (task, frameworks) in zip(axes[0], results.items()):
+    fig, axes = plt.subplots(2, len(results), figsize=(5.5 * len(results), 6.4), squeeze=False)
+    for column, (task, frameworks) in enumerate(results.items()):
+        greedy, sampled = axes[0][column], axes[1][column]
         for name, result in frameworks.items():
             c = result["summary"]
-            ax.plot(c["steps"], c["accuracy_mean"], marker=".", label=name)
-            ax.fill_between(c["steps"], c["accuracy_min"], c["accuracy_max"], alpha=0.2)
-        ax.set(title=task, xlabel="step", ylabel="greedy accuracy (held-out)", ylim=(0, 1))
-        ax.legend()
+            seconds = c["train_seconds"]
+            greedy.plot(seconds, c["accuracy_mean"], marker=".", label=name)
+            greedy.fill_between(seconds, c["accuracy_min"], c["accuracy_max"], alpha=0.2)
+            pass1 = [
+                statistics.fmean(r["eval_by_step"][str(s)]["eval/pass@1"] for r in result["seeds"])
+                for s in c["steps"]
+            ]
+            sampled.plot(seconds, pass1, marker=".", label=name)
+        greedy.set(title=task, ylabel="greedy accuracy (held-out)", ylim=(0, None))
+        sampled.set(xlabel="seconds of training", ylabel="pass@1 (held-out)", ylim=(0, None))
+        greedy.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -6,7 +6,7 @@ import pytest
 from rlvr.api import _config
 from rlvr.config import ConfigError, load_config
 from rlvr.tasks import TASKS
-from rlvr.train.recommend import apply_recommended, recommend
+from rlvr.train.recommend import CLEAN_BASE_LR, apply_recommended, recommend
 
 README = Path(__file__).parents[2] / "README.md"
 
@@ -52,6 +52,23 @@ def test_a_pretrained_model_gets_a_rate_for_full_or_lora_training(lora, lr):
     # the tiny model's task settings do not apply to it
     cfg, _ = recommend(load_config(None, ["model.name=org/model", "task.name=countdown"]))
     assert cfg.model.preset == "nano" and cfg.algo.kl_coef == 0.0
+
+
+def test_a_clean_warm_start_gets_a_smaller_lr_unless_its_task_or_the_user_chose_one():
+    cfg, chosen = recommend(load_config(None, ["model.pretrain_flawed_share=0"]))
+    assert cfg.train.lr == CLEAN_BASE_LR < load_config().train.lr
+    assert [r.source for r in chosen if r.key == "train.lr"] == [
+        "a clean warm start on the tiny model (model.pretrain_flawed_share=0)"
+    ]
+    # product_sum tuned its own lr for long replies; a flawed warm start keeps the default
+    clean_product_sum = ["task.name=product_sum", "model.pretrain_flawed_share=0"]
+    assert recommend(load_config(None, clean_product_sum))[0].train.lr == 2e-5
+    assert recommend(load_config(None, ["model.pretrain_flawed_share=0.1"]))[0].train.lr == 1e-4
+    user_lr = ["model.pretrain_flawed_share=0", "train.lr=1e-4"]
+    assert recommend(load_config(None, user_lr))[0].train.lr == 1e-4
+    # a pretrained model has no warm start
+    pretrained = ["model.name=org/model", "model.pretrain_flawed_share=0"]
+    assert recommend(load_config(None, pretrained))[0].train.lr == 1e-6
 
 
 def test_a_clash_with_a_user_setting_names_the_recommended_keys():
