@@ -113,7 +113,8 @@ class ModelConfig(Section):
         ge=0,
         le=1,
         description="Tiny model only: share of warm-start demonstrations that make the task's "
-        "systematic mistake, so the base is imperfect and RL has work to do.",
+        "systematic mistake, so the base is imperfect and RL has work to do. 0 (a clean base) "
+        "also recommends train.lr = 3e-5 where neither you nor the task set one.",
     )
     pretrain_hint_share: float = Field(
         0.0,
