@@ -42,7 +42,7 @@ def _candidates(cfg: Config) -> list[Recommendation]:
     tuned = getattr(task_cls, "recommended_tiny", {})
     chosen = [Recommendation(k, v, f"{cfg.task.name} on the tiny model") for k, v in tuned.items()]
     if cfg.model.pretrain_flawed_share == 0 and "train.lr" not in tuned:
-        clean = "a clean warm start on the tiny model (model.pretrain_flawed_share=0)"
+        clean = "a clean warm start: model.pretrain_flawed_share=0 on the tiny model"
         chosen.append(Recommendation("train.lr", CLEAN_BASE_LR, clean))
     return chosen
 

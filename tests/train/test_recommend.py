@@ -58,7 +58,7 @@ def test_a_clean_warm_start_gets_a_smaller_lr_unless_its_task_or_the_user_chose_
     cfg, chosen = recommend(load_config(None, ["model.pretrain_flawed_share=0"]))
     assert cfg.train.lr == CLEAN_BASE_LR < load_config().train.lr
     assert [r.source for r in chosen if r.key == "train.lr"] == [
-        "a clean warm start on the tiny model (model.pretrain_flawed_share=0)"
+        "a clean warm start: model.pretrain_flawed_share=0 on the tiny model"
     ]
     # product_sum tuned its own lr for long replies; a flawed warm start keeps the default
     clean_product_sum = ["task.name=product_sum", "model.pretrain_flawed_share=0"]
