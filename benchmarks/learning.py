@@ -8,8 +8,9 @@ temperature 1 and KL coefficient, each in its own process (vs_trl.py's children;
 train.seed, which both read). Every --eval-every steps each side's model is scored by rlvr's
 eval: greedy accuracy, pass@1 and pass@k (k = train.eval_k) and response length on the task's
 held-out problems. Prints one JSON object: per task and framework, each seed's curves, the mean
-and spread of greedy accuracy at every eval, the median seconds per step, the seconds of
-training to each eval, and whether the best accuracy held to the last eval (within 0.05).
+and spread of greedy accuracy and the mean pass@1 at every eval, the median seconds per step,
+the seconds of training to each eval, and whether the best accuracy held to the last eval
+(within 0.05).
 --plot writes greedy accuracy (mean and min-max band over seeds) and pass@1 against
 seconds of training.
 
@@ -67,9 +68,13 @@ COMMON = ["train.lr_schedule=constant", "train.eval_k=4"]
 
 
 def curves(seeds: list[dict]) -> dict:
-    """Mean and spread over seeds of each eval's greedy accuracy, and training seconds to it."""
+    """Mean and spread over seeds of each eval's greedy accuracy, mean pass@1, and training
+    seconds to it."""
     steps = sorted(int(s) for s in seeds[0]["eval_by_step"])
     accuracy = [[r["eval_by_step"][str(s)]["eval/accuracy"] for r in seeds] for s in steps]
+    pass1 = [
+        statistics.fmean(r["eval_by_step"][str(s)]["eval/pass@1"] for r in seeds) for s in steps
+    ]
     seconds = [statistics.fmean(sum(r["step_seconds"][:s]) for r in seeds) for s in steps]
     held = [
         max(curve) - curve[-1] <= 0.05
@@ -80,6 +85,7 @@ def curves(seeds: list[dict]) -> dict:
         "accuracy_mean": [round(statistics.fmean(a), 4) for a in accuracy],
         "accuracy_min": [min(a) for a in accuracy],
         "accuracy_max": [max(a) for a in accuracy],
+        "pass1_mean": [round(p, 4) for p in pass1],
         "train_seconds": [round(s, 1) for s in seconds],
         "seconds_per_step_median": round(
             statistics.median(t for r in seeds for t in r["step_seconds"][1:]), 3
@@ -104,11 +110,7 @@ def plot(results: dict, path: str) -> None:
             seconds = c["train_seconds"]
             greedy.plot(seconds, c["accuracy_mean"], marker=".", label=name)
             greedy.fill_between(seconds, c["accuracy_min"], c["accuracy_max"], alpha=0.2)
-            pass1 = [
-                statistics.fmean(r["eval_by_step"][str(s)]["eval/pass@1"] for r in result["seeds"])
-                for s in c["steps"]
-            ]
-            sampled.plot(seconds, pass1, marker=".", label=name)
+            sampled.plot(seconds, c["pass1_mean"], marker=".", label=name)
         greedy.set(title=task, ylabel="greedy accuracy (held-out)", ylim=(0, None))
         sampled.set(xlabel="seconds of training", ylabel="pass@1 (held-out)", ylim=(0, None))
         greedy.legend()
