@@ -381,8 +381,8 @@ class AlgoConfig(Section):
     tree_outcome_coef: float = Field(
         0.0,
         ge=0,
-        description="tree: weight of the group-normalised outcome advantage added to each "
-        "segment's advantage.",
+        description="tree, prefix_tree: weight of the group-normalised outcome advantage added "
+        "to each token's tree credit.",
     )
     tree_dedup_shared: bool = Field(
         True,

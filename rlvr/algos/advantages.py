@@ -42,6 +42,8 @@ class AdvInputs:
     reward_weights: torch.Tensor | None = None  # [K] their weights; None = all 1
     # poise: each rollout's predicted success rate g(z_i) from the hidden-state probe
     probe_predictions: torch.Tensor | None = None  # [B]
+    # prefix_tree: the token each column predicts (Batch.input_ids[:, 1:]), -1 past a row's end
+    target_ids: torch.Tensor | None = None  # [B, T] long
     # soft_bellman: the pre-update policy read as Q = q_beta (x_old - x_ref) on its logits x: the
     # soft value q_beta (logsumexp x_old - logsumexp x_ref) of the state each position predicts
     # from, and the Q of the token sampled there
@@ -471,6 +473,39 @@ def tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
+def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+    """Tree credit from plain samples: each token's node value minus its parent node's.
+
+    A group's replies form a tree by their shared token prefixes; a token leads from one node
+    to the next, and a node's value is the mean reward of the replies through it.
+
+    A token every reply through its node also chose gets 0; all credit lands where replies
+    part, so a slip at token 90 of a worked solution is blamed there and not on the 89 tokens
+    before it. Along a reply the credits add up to its GRPO advantage (over the group std with
+    algo.normalize_std). Once a reply runs alone its later tokens get 0;
+    algo.tree_outcome_coef adds that many times the GRPO advantage to every token.
+    """
+    source = "the trainer fills from Batch.input_ids"
+    targets = _require(inputs, "target_ids", "prefix_tree", source)
+    rewards = inputs.rewards.double()
+    width = targets.shape[1]
+    adv = torch.zeros(targets.shape, dtype=torch.float64, device=targets.device)
+    for group in inputs.group_ids.unique():
+        rows = torch.nonzero(inputs.group_ids == group).squeeze(1)
+        ids = targets[rows]  # [G, T]
+        same = (ids[:, None, :] == ids[None, :, :]).long()  # [G, G, T]
+        shared = same.cumprod(dim=-1).sum(dim=-1)  # [G, G] tokens two replies share from the start
+        # through[i, j, t]: reply j passes through the node reply i reaches after t target tokens
+        through = shared[:, :, None] >= torch.arange(width + 1, device=ids.device)  # [G, G, T+1]
+        value = (through * rewards[rows][None, :, None]).sum(1) / through.sum(1)  # [G, T+1]
+        adv[rows] = value[:, 1:] - value[:, :-1]
+    outcome = _group_normalised(rewards, inputs.group_ids, algo.normalize_std)
+    if algo.normalize_std:
+        adv = adv / (group_stats(rewards, inputs.group_ids)[1] + EPS)[:, None]
+    adv = adv + algo.tree_outcome_coef * outcome[:, None]
+    return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
+
+
 def _otb(inputs: AdvInputs, steps: torch.Tensor, estimator: str) -> torch.Tensor:
     """OTB advantages G_t - B_t, with B_t = sum_i G_t W_t / sum_i W_t over the group's samples
     that have a policy token at step `steps` [B, T] (long; read on policy tokens only)."""
@@ -550,7 +585,7 @@ def soft_bellman(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
 
 
 for _fn in (grpo, mt_grpo, dr_grpo, rloo, gpg, gdpo, reinforce_pp_baseline, opo, max_passk, tree,
-            otb, mt_otb, poise):  # fmt: skip
+            prefix_tree, otb, mt_otb, poise):  # fmt: skip
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
 passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
@@ -561,6 +596,7 @@ counterfactual.critic_only = True  # its baseline exists only for a debate's cri
 remax.requires = ("baseline_rewards",)
 mt_grpo.requires = ("turn_rewards", "turn_ids")
 tree.requires = ("segment_advantages", "segment_weights")
+prefix_tree.requires = ("target_ids",)
 otb.requires = mt_otb.requires = ("old_logprobs", "sum_pi_squared")
 poise.requires = ("probe_predictions",)
 soft_bellman.requires = ("soft_values", "soft_q_values")
@@ -584,6 +620,7 @@ ADVANTAGES: dict[str, AdvantageFn] = {
     "passk": passk,
     "max_passk": max_passk,
     "tree": tree,
+    "prefix_tree": prefix_tree,
     "otb": otb,
     "mt_otb": mt_otb,
     "poise": poise,

@@ -56,6 +56,7 @@ PRODUCED_FIELDS = {
     "probe_predictions",
     "soft_values",
     "soft_q_values",
+    "target_ids",
 }
 
 

@@ -725,6 +725,9 @@ class Trainer:
             reward_components=components[0],
             reward_weights=components[1],
         )  # fmt: skip
+        if "target_ids" in self.components.requires:  # -1 past each row's end never matches
+            ended = batch.attention_mask[:, 1:] == 0
+            inputs.target_ids = batch.input_ids[:, 1:].masked_fill(ended, -1)
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
         if wants_soft_values:

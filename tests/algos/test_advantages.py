@@ -26,6 +26,7 @@ from rlvr.algos.advantages import (
     passk,
     poise,
     policy_lambda,
+    prefix_tree,
     raft,
     reinforce_pp,
     reinforce_pp_baseline,
@@ -544,6 +545,7 @@ def binary_batch(rewards, group_ids, mask):
     x.probe_predictions = x.rewards.double()  # poise's bootstrap: rloo
     x.soft_values = torch.linspace(-0.5, 0.5, x.loss_mask.numel()).view(x.loss_mask.shape)
     x.soft_q_values = x.soft_values + 0.1
+    x.target_ids = torch.arange(x.loss_mask.numel()).view(x.loss_mask.shape)  # nobody shares
     return x
 
 
@@ -565,7 +567,7 @@ def test_every_estimator_gives_finite_zeros_without_policy_tokens(name):
 
 GROUP_ESTIMATORS = [
     "grpo", "mt_grpo", "dr_grpo", "rloo", "gpg", "gdpo", "reinforce_pp_baseline", "opo", "passk",
-    "max_passk", "tree", "poise",
+    "max_passk", "tree", "prefix_tree", "poise",
 ]  # fmt: skip
 # otb's group baseline is per step: where only the longest sample has a token, that token's
 # advantage is its own return, so an all-equal group is not all zero
@@ -602,6 +604,7 @@ def test_registry_metadata():
         "gae",
         "passk",
         "tree",
+        "prefix_tree",
         "running_mean",
         "gpg",
         "gdpo",
@@ -625,6 +628,7 @@ def test_registry_metadata():
     assert remax.requires == counterfactual.requires == ("baseline_rewards",)
     assert mt_grpo.requires == ("turn_rewards", "turn_ids")
     assert tree.requires == ("segment_advantages", "segment_weights")
+    assert prefix_tree.requires == ("target_ids",)
     assert running_mean.requires == ("reward_mean",)
     assert otb.requires == mt_otb.requires == ("old_logprobs", "sum_pi_squared")
     assert poise.requires == ("probe_predictions",)
@@ -750,6 +754,67 @@ def test_tree_is_zero_off_the_mask_and_needs_its_fields():
     with pytest.raises(ValueError, match="segment_weights"):
         tree(x, tree_algo())
     assert ADVANTAGES["tree"] is tree and tree.min_group_size == 2
+
+
+def hand_prefix_inputs() -> AdvInputs:
+    # group 0: three replies to one prompt token (7); A and B part at their last token, C leaves
+    # both one token earlier. Group 1: D stops (its end-of-reply token 9) where E goes on.
+    x = AdvInputs(
+        rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 0, 1, 1]),
+        loss_mask=torch.tensor(
+            [[0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 0], [0, 1, 1, 1]],
+            dtype=torch.float32,
+        ),
+    )
+    x.target_ids = torch.tensor(
+        [[7, 1, 2, 3], [7, 1, 2, 4], [7, 1, 5, 5], [7, 1, 9, -1], [7, 1, 2, 9]]
+    )
+    return x
+
+
+def test_prefix_tree_golden_credit_lands_where_replies_part():
+    # group 0, root value 1/3. A: after "1" all three (1/3), after "2" A and B (1/2), after
+    # "3" A alone (1): credits 0, 1/6, 1/2. B: 0, 1/6, -1/2. C: 0, then alone at 0: -1/3.
+    # group 1, root 1/2: D's "9" leads to D alone (1): +1/2; E's "2" to E alone (0): -1/2,
+    # and E's last token, alone already, gets 0.
+    adv = prefix_tree(hand_prefix_inputs(), tree_algo(normalize_std=False))
+    close(
+        adv,
+        [
+            [0, 0, 1 / 6, 1 / 2],
+            [0, 0, 1 / 6, -1 / 2],
+            [0, 0, -1 / 3, 0],
+            [0, 0, 1 / 2, 0],
+            [0, 0, -1 / 2, 0],
+        ],
+    )
+
+
+def test_prefix_tree_credits_add_up_to_grpo_along_each_reply():
+    torch.manual_seed(0)
+    size, width = 24, 12
+    x = AdvInputs(
+        rewards=torch.rand(size),
+        group_ids=torch.arange(size) // 6,
+        loss_mask=torch.ones(size, width),
+    )
+    # few symbols, so replies share prefixes of many lengths
+    x.target_ids = torch.randint(0, 2, (size, width)).cumsum(-1) % 3
+    x.target_ids[:, 0] = 7  # the prompt's token
+    for std in (False, True):
+        adv = prefix_tree(x, tree_algo(normalize_std=std))
+        close(adv.sum(-1), grpo(x, tree_algo(normalize_std=std))[:, 0].tolist())
+    outcome = grpo(x, tree_algo())
+    plus = prefix_tree(x, tree_algo(tree_outcome_coef=0.5))
+    close(plus, (prefix_tree(x, tree_algo()) + 0.5 * outcome).tolist())
+
+
+def test_prefix_tree_needs_the_tokens():
+    x = hand_prefix_inputs()
+    x.target_ids = None
+    with pytest.raises(ValueError, match="target_ids"):
+        prefix_tree(x, tree_algo())
 
 
 def test_gae_golden_two_turns_with_an_observation_gap():
