@@ -4,13 +4,14 @@ built-in tasks, several seeds each, from the same warm start.
 For each task and seed both frameworks train the task's warm-started tiny model (built once per
 task, saved as a Hugging Face directory) on the same prompts through the same chat template,
 with the same reward function, completions per step, group size, lengths, lr, schedule,
-temperature 1 and KL coefficient, each in its own process (vs_trl.py's children; the seed is
+temperature and KL coefficient, each in its own process (vs_trl.py's children; the seed is
 train.seed, which both read). Every --eval-every steps each side's model is scored by rlvr's
 eval: greedy accuracy, pass@1 and pass@k (k = train.eval_k) and response length on the task's
 held-out problems. Prints one JSON object: per task and framework, each seed's curves, the mean
 and spread of greedy accuracy and the mean pass@1 at every eval, the median seconds per step,
 the seconds of training to each eval, and whether the best accuracy held to the last eval
-(within 0.05).
+(within 0.05); and the race: per seed, each side's greedy accuracy at its last eval within
+the wall time both ran. --rlvr-steps gives rlvr more steps than TRL's --steps, to fill the same wall time.
 --plot writes greedy accuracy (mean and min-max band over seeds) and pass@1 against
 seconds of training.
 
@@ -21,7 +22,8 @@ GRPOTrainer trains single-turn completions, so the multi-turn games (hard/nim,
 hard/guess_number) run with --frameworks rlvr.
 
     python benchmarks/learning.py [--tasks countdown hard/multiply] [--seeds 0 1 2] [--steps 100]
-                                  [--eval-every 10] [--frameworks rlvr trl] [--plot learning.png]
+                                  [--eval-every 10] [--rlvr-steps 130] [--frameworks rlvr trl]
+                                  [--plot learning.png]
                                   [-- section.key=value ...]
 
 The `--` ends --tasks' and --frameworks' lists, which would otherwise take the overrides.
@@ -94,6 +96,28 @@ def curves(seeds: list[dict]) -> dict:
     }
 
 
+def race(runs: dict[str, list[dict]]) -> dict:
+    """Who is ahead at equal wall time. Per seed: the training seconds both sides ran (the
+    shorter run's), and each side's greedy accuracy at its last eval within them (the model a
+    user holds then) and its best one (which favours the side with more evals in the time)."""
+    budgets, last, best = [], {name: [] for name in runs}, {name: [] for name in runs}
+    for seeds in zip(*runs.values()):
+        budget = min(sum(r["step_seconds"]) for r in seeds)
+        budgets.append(round(budget, 1))
+        for name, r in zip(runs, seeds):
+            within = [
+                e["eval/accuracy"]
+                for step, e in sorted(r["eval_by_step"].items(), key=lambda item: int(item[0]))
+                if sum(r["step_seconds"][: int(step)]) <= budget
+            ]
+            last[name].append(within[-1])
+            best[name].append(max(within))
+    out = {"budget_seconds": budgets, "last_within": last, "best_within": best}
+    if set(runs) == {"rlvr", "trl"}:
+        out["rlvr_ahead_on_every_seed"] = all(a > b for a, b in zip(last["rlvr"], last["trl"]))
+    return out
+
+
 def plot(results: dict, path: str) -> None:
     """Per task, greedy accuracy (mean and min-max band over seeds) and mean pass@1 against the
     seconds of training to each eval, the axis on which the frameworks race."""
@@ -125,6 +149,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument(
+        "--rlvr-steps", type=int,
+        help="rlvr's steps (default --steps): more, to fill the wall time TRL's --steps take",
+    )  # fmt: skip
+    parser.add_argument(
         "--frameworks", nargs="+", choices=["rlvr", "trl"], default=["rlvr", "trl"],
         help="TRL's GRPOTrainer trains single-turn completions: leave it out for multi-turn games",
     )  # fmt: skip
@@ -132,6 +160,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="section.key=value for every task, after --")
     args = parser.parse_args()
     results: dict[str, dict] = {}
+    races: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
         for task in args.tasks:
             overrides = TASKS[task] + COMMON + args.overrides
@@ -145,7 +174,8 @@ def main() -> None:
                 for framework in runs:
                     out = f"{work}/{task}-{framework}-{seed}"
                     seeded = [*overrides, f"train.seed={seed}"]
-                    run = run_child(framework, model_dir, out, args.steps, args.eval_every, seeded)
+                    steps = (args.rlvr_steps if framework == "rlvr" else None) or args.steps
+                    run = run_child(framework, model_dir, out, steps, args.eval_every, seeded)
                     runs[framework].append(run)
                     # One line per finished run on stderr, so a cut-short sweep keeps its results.
                     accuracy = {s: e["eval/accuracy"] for s, e in run["eval_by_step"].items()}
@@ -154,6 +184,7 @@ def main() -> None:
             results[task] = {
                 name: {"summary": curves(seeds), "seeds": seeds} for name, seeds in runs.items()
             }
+            races[task] = race(runs)
     if args.plot:
         plot(results, args.plot)
     import trl
@@ -162,7 +193,8 @@ def main() -> None:
         "benchmark": "learning", "cpu": cpu_model(), "date": datetime.date.today().isoformat(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "trl": trl.__version__, "steps": args.steps, "eval_every": args.eval_every,
-        "seeds": args.seeds, "results": results,
+        "rlvr_steps": args.rlvr_steps or args.steps, "seeds": args.seeds, "results": results,
+        "race": races,
     }, indent=2))  # fmt: skip
 
 

@@ -4,7 +4,7 @@ Both start from rlvr's warm-started tiny model of the default task (saved once a
 Face model directory), train on the same arithmetic prompts (rendered by the model's chat
 template), score with the same reward function (rlvr's default: numeric answer plus format
 bonus, as a TRL reward function) and share the shape: P prompts x G samples a step, up to T new
-tokens, temperature 1, lr 1e-4 constant, no KL, one epoch, no gradient checkpointing, grad
+tokens, temperature (rollout.temperature, default 1), lr 1e-4 constant, no KL, one epoch, no gradient checkpointing, grad
 norm clipped at 1. Every K steps each side's model is scored by rlvr's own eval (greedy
 accuracy on the same 200 held-out problems; rlvr evaluates in the run, TRL's checkpoints are
 evaluated after its run), outside the timed steps. Prints one JSON object: per framework and
@@ -142,7 +142,7 @@ def run_trl(model_dir: str, out_dir: str, steps: int, every: int, overrides: lis
 
     args = GRPOConfig(
         output_dir=out_dir, num_generations=r.group_size, per_device_train_batch_size=r.batch_size,
-        max_completion_length=r.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
+        max_completion_length=r.max_new_tokens, temperature=r.temperature, top_k=0, top_p=1.0,
         learning_rate=cfg.train.lr, lr_scheduler_type=cfg.train.lr_schedule,
         beta=cfg.algo.kl_coef, num_iterations=1,
         gradient_checkpointing=False, use_cpu=not torch.cuda.is_available(), max_steps=steps, logging_steps=1,
