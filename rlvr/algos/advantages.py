@@ -483,7 +483,9 @@ def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     part, so a slip at token 90 of a worked solution is blamed there and not on the 89 tokens
     before it. Along a reply the credits add up to its GRPO advantage (over the group std with
     algo.normalize_std). Once a reply runs alone its later tokens get 0;
-    algo.tree_outcome_coef adds that many times the GRPO advantage to every token.
+    algo.tree_outcome_coef adds that many times the GRPO advantage to every token. Episodes
+    that part on an environment's reply put that credit on an observation token, off the loss
+    mask: the policy did not choose it.
     """
     source = "the trainer fills from Batch.input_ids"
     targets = _require(inputs, "target_ids", "prefix_tree", source)

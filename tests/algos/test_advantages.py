@@ -583,7 +583,7 @@ def test_group_estimators_give_zero_for_all_equal_groups(name, value):
     torch.testing.assert_close(adv, torch.zeros(8, 3), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "opo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "opo", "prefix_tree"])
 def test_per_group_estimators_zero_an_equal_group_next_to_a_mixed_one(name):
     x = binary_batch([1, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [[1, 1, 0], [1, 0, 1]] * 3)
     adv = run_any(name, x)
