@@ -10,9 +10,9 @@ eval: greedy accuracy, pass@1 and pass@k (k = train.eval_k) and response length 
 held-out problems. Prints one JSON object: per task and framework, each seed's curves, the mean
 and spread of greedy accuracy and the mean pass@1 at every eval, the median seconds per step,
 the seconds of training to each eval, and whether the best accuracy held to the last eval
-(within 0.05); and the race: per seed, each side's greedy accuracy at its last eval within
-the wall time both ran. --rlvr-steps gives rlvr more steps than TRL's --steps, to fill the same wall time.
---plot writes greedy accuracy (mean and min-max band over seeds) and pass@1 against
+(within 0.05); and the race: per seed, each side's greedy accuracy at its last eval within the
+wall time both ran. --rlvr-steps gives rlvr more steps than TRL's --steps, to fill the same
+wall time. --plot writes greedy accuracy (mean and min-max band over seeds) and pass@1 against
 seconds of training.
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'

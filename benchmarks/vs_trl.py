@@ -4,12 +4,13 @@ Both start from rlvr's warm-started tiny model of the default task (saved once a
 Face model directory), train on the same arithmetic prompts (rendered by the model's chat
 template), score with the same reward function (rlvr's default: numeric answer plus format
 bonus, as a TRL reward function) and share the shape: P prompts x G samples a step, up to T new
-tokens, temperature (rollout.temperature, default 1), lr 1e-4 constant, no KL, one epoch, no gradient checkpointing, grad
-norm clipped at 1. Every K steps each side's model is scored by rlvr's own eval (greedy
-accuracy on the same 200 held-out problems; rlvr evaluates in the run, TRL's checkpoints are
-evaluated after its run), outside the timed steps. Prints one JSON object: per framework and
-round, median seconds per step (after the first), generated tokens per step, peak RSS, eval
-accuracy by step, training seconds to the target accuracy, and the ratios rlvr / TRL.
+tokens, temperature (rollout.temperature, default 1), lr 1e-4 constant, no KL, one epoch, no
+gradient checkpointing, grad norm clipped at 1. Every K steps each side's model is scored by
+rlvr's own eval (greedy accuracy on the same 200 held-out problems; rlvr evaluates in the run,
+TRL's checkpoints are evaluated after its run), outside the timed steps. Prints one JSON
+object: per framework and round, median seconds per step (after the first), generated tokens
+per step, peak RSS, eval accuracy by step, training seconds to the target accuracy, and the
+ratios rlvr / TRL.
 
 TRL is a benchmark extra, never a runtime dependency: pip install -c constraints.txt -e '.[bench]'
 

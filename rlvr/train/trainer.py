@@ -725,7 +725,7 @@ class Trainer:
             reward_components=components[0],
             reward_weights=components[1],
         )  # fmt: skip
-        if "target_ids" in self.components.requires:  # -1 past each row's end never matches
+        if "target_ids" in self.components.requires:  # -1 past a row's end: no token matches it
             ended = batch.attention_mask[:, 1:] == 0
             inputs.target_ids = batch.input_ids[:, 1:].masked_fill(ended, -1)
         if "reward_mean" in self.components.requires:
