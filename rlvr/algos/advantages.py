@@ -501,10 +501,9 @@ def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
         through = shared[:, :, None] >= torch.arange(width + 1, device=ids.device)  # [G, G, T+1]
         value = (through * rewards[rows][None, :, None]).sum(1) / through.sum(1)  # [G, T+1]
         adv[rows] = value[:, 1:] - value[:, :-1]
-    outcome = _group_normalised(rewards, inputs.group_ids, algo.normalize_std)
-    if algo.normalize_std:
-        adv = adv / (group_stats(rewards, inputs.group_ids)[1] + EPS)[:, None]
-    adv = adv + algo.tree_outcome_coef * outcome[:, None]
+    mean, spread = group_stats(rewards, inputs.group_ids)
+    scale = spread + EPS if algo.normalize_std else torch.ones_like(spread)
+    adv = (adv + algo.tree_outcome_coef * (rewards - mean)[:, None]) / scale[:, None]
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
