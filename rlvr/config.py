@@ -841,6 +841,14 @@ class TrainConfig(Section):
         gt=0,
         description="Sequences per forward/backward; gradients accumulate up to the minibatch.",
     )
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Skip the update's passes over rows whose advantages are all 0 (a group "
+        "whose replies all scored alike, under GRPO). Exact: such a row adds nothing to the "
+        "gradient when the loss weights each token by its advantage and no KL term in the loss, "
+        "entropy bonus or teacher term reads it, and only then is it skipped. `skipped_rows` "
+        "logs the share; `entropy` is then over the rows trained.",
+    )
     share_prompt: bool = Field(
         True,
         description="Training and old/reference logprob passes run the prompt that a group's "

@@ -484,3 +484,10 @@ LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce,
     "soft_q": soft_q,
 }
+
+# Each token's term is its advantage times a function of the ratio, so a row whose advantages
+# are all 0 adds no gradient and the update may skip it (train.skip_zero_advantage). Not so for
+# dro's proximal penalty, the covariance losses (a row's tokens shift a micro-batch's mean) or
+# soft_q (regression targets, not advantages).
+for name in "ppo_clip dual_clip up gspo gmpo cispo sapo dis dppo_tv dppo_kl reinforce".split():
+    LOSSES[name].advantage_weighted = True

@@ -294,15 +294,20 @@ def policy_update(
         if data.imitation is not None
         else [torch.arange(0)] * algo.minibatches
     )
+    inert = zero_gradient_rows(data, cfg, loss_fn, kl_fn)
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
         for minibatch, part in zip(order.chunk(algo.minibatches), imitate):
             optimizer.zero_grad(set_to_none=True)
             num_tokens, num_seqs = normalisers(batch.loss_mask[minibatch], algo)
+            # the normalisers stay the whole minibatch's, so skipping leaves the gradient as is;
+            # an all-inert minibatch keeps one row, whose zero gradient Adam still steps on
+            trained = minibatch if inert is None else minibatch[~inert[minibatch]]
+            trained = trained if len(trained) else minibatch[:1]
             step_metrics: dict[str, float] = defaultdict(float)
             micro_batches = parallel.micro_batches(
-                minibatch, cfg.train.micro_batch_size, lengths, units
+                trained, cfg.train.micro_batch_size, lengths, units
             )
             for rows, counted in micro_batches:
                 with autocast(cfg.train.autocast, model.device):
@@ -318,6 +323,9 @@ def policy_update(
                     step_metrics[name] += value
             parallel.sum_gradients(model.parameters())
             step_metrics = parallel.sum_metrics(step_metrics)
+            if inert is not None:  # the entropy of the rows trained, not diluted by the skipped
+                trained_tokens = float(batch.loss_mask[trained].sum())
+                step_metrics["entropy"] *= num_tokens / max(trained_tokens, 1.0)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
             if hasattr(grad_norm, "full_tensor"):  # a sharded model's, over all ranks' shards
                 grad_norm = grad_norm.full_tensor()
@@ -334,12 +342,27 @@ def policy_update(
             for name, value in step_metrics.items():
                 sums[name] += value
     metrics = {name: value / max(optimizer_steps, 1) for name, value in sums.items()}
+    recorded = batch.loss_mask
+    if inert is not None:
+        metrics["skipped_rows"] = float(inert.float().mean())
+        recorded = recorded * ~inert[:, None]
     if trainer_logprobs is not None:
         parallel.sum_tensor(trainer_logprobs)  # each rank recorded its own rows
-        metrics.update(
-            mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, batch.loss_mask)
-        )
+        metrics.update(mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, recorded))
     return UpdateResult(metrics, skipped)
+
+
+def zero_gradient_rows(data: UpdateInputs, cfg: Config, loss_fn, kl_fn) -> torch.Tensor | None:
+    """[B] True where a row adds exactly nothing to the gradient, so the update may skip its
+    passes: its advantages are all 0, the loss weights every token by its advantage
+    (`loss_fn.advantage_weighted`), and no other term reads the row (a KL term in the loss, the
+    entropy bonus, the teacher's). None where nothing is skipped (train.skip_zero_advantage)."""
+    if not (cfg.train.skip_zero_advantage and getattr(loss_fn, "advantage_weighted", False)):
+        return None
+    kl_in_loss = kl_fn is not None and data.ref_logprobs is not None and data.kl_coef != 0
+    if kl_in_loss or cfg.algo.entropy_coef > 0 or data.teacher_top_k is not None:
+        return None
+    return ~((data.advantages != 0) & data.batch.loss_mask.bool()).any(-1)
 
 
 def normalisers(loss_mask: torch.Tensor, algo: AlgoConfig) -> tuple[float, int]:

@@ -426,6 +426,30 @@ def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
     assert torch.allclose(logp.grad, expected, atol=1e-12)
 
 
+ADVANTAGE_WEIGHTED = sorted(n for n, fn in LOSSES.items() if getattr(fn, "advantage_weighted", 0))
+
+
+def test_the_losses_an_update_may_skip_rows_for_are_the_advantage_weighted_ones():
+    excluded = {"dro", "kl_cov", "clip_cov", "soft_q"}  # why: the comment on the flag's loop
+    assert set(ADVANTAGE_WEIGHTED) == set(LOSS_NAMES) - excluded
+
+
+@pytest.mark.parametrize("agg", AGG_NAMES)
+@pytest.mark.parametrize("loss", ADVANTAGE_WEIGHTED)
+def test_an_advantage_weighted_loss_gives_a_zero_advantage_row_no_gradient(loss, agg):
+    """Away from ratio 1 and beside a row that does train: the update skips such a row on this
+    promise (train.skip_zero_advantage), so any term that reads it breaks the skip's exactness."""
+    gen = torch.Generator().manual_seed(3)
+    old = -torch.rand(2, 5, generator=gen, dtype=torch.float64) * 3 - 0.1
+    logp = (old + torch.randn(2, 5, generator=gen, dtype=torch.float64) * 0.5).requires_grad_()
+    adv = torch.tensor([[0.0], [1.3]], dtype=torch.float64).expand(2, 5)
+    x = LossInputs(logp, old, adv, torch.ones(2, 5, dtype=torch.float64), 10.0, 2,
+                   behaviour_logprobs=old)  # fmt: skip
+    LOSSES[loss](x, AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)).loss.backward()
+    assert torch.all(logp.grad[0] == 0)
+    assert logp.grad[1].abs().sum() > 0  # a real gradient where the advantage is not 0
+
+
 def test_every_loss_and_aggregation_has_a_docstring():
     for fn in [*LOSSES.values(), *AGGREGATIONS.values()]:
         assert fn.__doc__ and fn.__doc__.strip().splitlines()[0]

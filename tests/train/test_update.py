@@ -287,3 +287,97 @@ def test_imitation_adds_its_coef_times_the_mean_reply_nll_to_the_step(tiny_model
     got = flat(p.grad for p in model.parameters())
     want = flat(p.grad for p in reference.parameters())
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+class RowCounter:
+    """Counts the rows the model runs forward on."""
+
+    def __init__(self, model):
+        self.rows = 0
+        model.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs):
+        self.rows += len(kwargs["input_ids"])
+
+
+def skip_update(model, tokenizer, advantages, overrides=(), loss=ppo_clip, kl_fn=None,
+                optimizer="sgd", lr=0.0, epochs=1, minibatches=1):  # fmt: skip
+    """A copy of `model` after one policy_update on the random batch with these advantages
+    [B] (broadcast over each reply), its result, and how many rows it ran forward. With
+    `kl_fn` the loss has a KL term to a reference whose logprobs are all -1."""
+    cfg = load_config(
+        None, ["rollout.batch_size=8", "rollout.group_size=4", "train.micro_batch_size=8",
+               "train.max_grad_norm=1e9", f"algo.ppo_epochs={epochs}",
+               f"algo.minibatches={minibatches}", *overrides],
+    )  # fmt: skip
+    model = copy.deepcopy(model).train()
+    counter = RowCounter(model)
+    opt = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer](model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    batch = random_batch(tokenizer)
+    ref = None if kl_fn is None else torch.full_like(batch.loss_mask, -1.0)
+    data = UpdateInputs(batch, advantages[:, None] * batch.loss_mask, None, ref, kl_coef=0.1)
+    generator = torch.Generator().manual_seed(0)
+    result = policy_update(model, opt, scheduler, data, cfg, loss, kl_fn, generator)
+    return model, result, counter.rows
+
+
+# group 0 (rows 0-3) scored alike, group 1 did not
+HALF_INERT = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, -0.5, 1.5, -1.5])
+
+
+def test_skipping_zero_advantage_rows_leaves_the_gradient_as_it_was(tiny_model, tokenizer):
+    on, r_on, rows_on = skip_update(tiny_model, tokenizer, HALF_INERT)
+    off, r_off, rows_off = skip_update(
+        tiny_model, tokenizer, HALF_INERT, ["train.skip_zero_advantage=false"]
+    )
+    assert (rows_on, rows_off) == (4, 8)
+    assert r_on.metrics["skipped_rows"] == 0.5 and "skipped_rows" not in r_off.metrics
+    assert abs(r_on.metrics["loss"] - r_off.metrics["loss"]) < 1e-6
+    g_on, g_off = (flat(p.grad for p in m.parameters()) for m in (on, off))
+    assert g_off.norm() > 0.1
+    assert (g_on - g_off).abs().max() <= GRAD_RTOL * g_off.norm()
+
+
+def test_an_all_inert_minibatch_still_takes_its_adam_step(tiny_model, tokenizer):
+    """Two minibatches, the second all inert: without skipping Adam steps there on a zero
+    gradient and its momentum moves the weights, so skipping must keep that step (on one row)."""
+    second = torch.randperm(8, generator=torch.Generator().manual_seed(0)).chunk(2)[1]
+    advantages = torch.tensor([1.0, -1.0] * 4)
+    advantages[second] = 0.0
+    common = dict(optimizer="adamw", lr=1e-3, minibatches=2)
+    on, _, rows_on = skip_update(tiny_model, tokenizer, advantages, **common)
+    off, _, rows_off = skip_update(
+        tiny_model, tokenizer, advantages, ["train.skip_zero_advantage=false"], **common
+    )
+    assert rows_on < rows_off
+    w_on, w_off = flat(on.parameters()), flat(off.parameters())
+    assert torch.equal(w_on, w_off)  # the skipped rows' gradients are exact zeros
+
+
+@pytest.mark.parametrize(
+    "case", ["entropy_bonus", "kl_in_loss", "loss_not_advantage_weighted", "switched_off"]
+)
+def test_rows_are_not_skipped_where_another_term_reads_them(tiny_model, tokenizer, case):
+    from rlvr.algos.kl import k3
+    from rlvr.algos.losses import LOSSES
+
+    kw = {
+        "entropy_bonus": dict(overrides=["algo.entropy_coef=0.01"]),
+        "kl_in_loss": dict(kl_fn=k3),
+        "loss_not_advantage_weighted": dict(loss=LOSSES["dro"]),
+        "switched_off": dict(overrides=["train.skip_zero_advantage=false"]),
+    }[case]
+    _, result, rows = skip_update(tiny_model, tokenizer, HALF_INERT, **kw)
+    assert rows == 8 and "skipped_rows" not in result.metrics
+
+
+def test_with_rows_skipped_entropy_is_the_mean_over_the_rows_trained(tiny_model, tokenizer):
+    from rlvr.train.update import micro_logprobs
+
+    _, result, _ = skip_update(tiny_model, tokenizer, HALF_INERT)
+    batch, trained = random_batch(tokenizer), torch.arange(4, 8)
+    with torch.no_grad():
+        _, entropy = micro_logprobs(tiny_model, batch, trained, 1.0, None, with_entropy=True)
+    mask = batch.loss_mask[trained, : entropy.shape[1]]
+    assert abs(result.metrics["entropy"] - float((entropy * mask).sum() / mask.sum())) < 1e-5
