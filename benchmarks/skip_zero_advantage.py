@@ -11,7 +11,8 @@ mean reward of each run.
     python benchmarks/skip_zero_advantage.py [--config examples/hard/countdown.toml]
                                              [--steps 20] [section.key=value ...]
 
-The default adds algo.kl_coef=0: a KL term in the loss reads every row, so nothing is skipped.
+Without --config it runs the embedded default (what `rlvr train` runs). The overrides default
+to algo.kl_coef=0: a KL term in the loss reads every row, so then nothing is skipped.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from engine_decode import cpu_model  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="examples/hard/countdown.toml")
+    parser.add_argument("--config", default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("overrides", nargs="*", default=["algo.kl_coef=0"])
     args = parser.parse_args()

@@ -98,7 +98,7 @@ def by_length(
     [B] (rows of one prompt share a unit), a unit's rows stay together, units with the longest
     row first, so a micro-batch cut from the order shares its prompts."""
     order = torch.argsort(lengths[rows], descending=True, stable=True)
-    if units is not None:
+    if units is not None and len(rows):
         unit = units[rows]
         longest = torch.zeros(int(unit.max()) + 1, dtype=lengths.dtype)
         longest = longest.scatter_reduce(0, unit, lengths[rows], "amax")

@@ -115,11 +115,13 @@ def step_flops(
     micro: int,
     passes: dict[str, float],
     prompts: Prompts | None = None,
+    update_rows: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """FLOPs of each phase of one step. Generation counts each sequence once with a KV cache
     (what any engine must compute; padding and finished rows an engine keeps are extra).
     `passes`: forward passes over the batch per phase (the update counts 3 per epoch:
-    forward and a backward of twice its cost); `prompts`: the policy passes share them."""
+    forward and a backward of twice its cost); `prompts`: the policy passes share them;
+    `update_rows`: the rows the update ran on (default: all), which `tokens/trained` counts."""
     generated = sum(t.num_generated for t in trajectories)
     # every token but the last is processed once (the last is sampled, never fed back)
     flops = {
@@ -128,14 +130,20 @@ def step_flops(
     lengths = batch.attention_mask.sum(-1)
     policy_pass, computed, real = micro_batch_forwards(shape, lengths, micro, prompts)
     critic_pass, _, _ = micro_batch_forwards(shape.critic(), lengths, micro)
+    update_rows = torch.arange(len(lengths)) if update_rows is None else update_rows
+    update_prompts = (
+        None if prompts is None else Prompts(prompts.unit[update_rows], prompts.length[update_rows])
+    )
+    update_pass = micro_batch_forwards(shape, lengths[update_rows], micro, update_prompts)[0]
     for phase, count in passes.items():
-        flops[phase] = count * (critic_pass if phase in ("values", "critic") else policy_pass)
+        one = {"values": critic_pass, "critic": critic_pass, "update": update_pass}
+        flops[phase] = count * one.get(phase, policy_pass)
     return {
         **{f"flops/{phase}": value for phase, value in flops.items() if value},
         "flops_per_pass/policy": policy_pass,
         "flops_per_pass/critic": critic_pass,
         "tokens/generated": float(generated),
-        "tokens/trained": float(lengths.sum()),
+        "tokens/trained": float(lengths[update_rows].sum()),
         "tokens/shared_prompt": float(lengths.sum() - real),  # positions sharing skipped
         "padding/train": 1.0 - real / max(computed, 1),
     }

@@ -79,7 +79,13 @@ from rlvr.train.setup import (
 )
 from rlvr.train.task_filter import screen_task
 from rlvr.train.teacher import Teacher
-from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
+from rlvr.train.update import (
+    UpdateInputs,
+    UpdateResult,
+    batch_logprobs,
+    batch_prompts,
+    zero_gradient_rows,
+)
 from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
 from rlvr.types import Batch, Trajectory
 
@@ -488,12 +494,13 @@ class Trainer:
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
         generated = float(sum(t.num_generated for t in trajectories))
-        seen = float(data.batch.attention_mask.sum())
+        trained = self.trained_rows(data)
+        seen = float(data.batch.attention_mask[trained].sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (
             seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
         )
-        metrics.update(self.profile(trajectories, data, result, timings))
+        metrics.update(self.profile(trajectories, data, result, timings, trained))
         if cfg.log.samples_per_step:
             n = cfg.log.samples_per_step
             self.run_dir.log_samples(sample_records(
@@ -543,8 +550,18 @@ class Trainer:
             "exploration/groups": rewarded / len(groups),
         }
 
-    def profile(self, trajectories, data: UpdateInputs, result, timings) -> dict:
-        """FLOPs of each phase of this step, and the share of the machine's peak each achieved."""
+    def trained_rows(self, data: UpdateInputs) -> torch.Tensor:
+        """The rows the update ran passes on: all but those it skips (train.skip_zero_advantage;
+        an all-inert batch still runs one row, counted here as row 0)."""
+        kl = None if self.cfg.algo.kl_in_reward else self.components.kl
+        inert = zero_gradient_rows(data, self.cfg, self.components.loss, kl)
+        if inert is None:
+            return torch.arange(len(data.batch))
+        return torch.nonzero(~inert)[:, 0] if not inert.all() else torch.arange(1)
+
+    def profile(self, trajectories, data: UpdateInputs, result, timings, trained) -> dict:
+        """FLOPs of each phase of this step, and the share of the machine's peak each achieved;
+        `trained`: the rows the update ran on."""
         algo, batch = self.cfg.algo, data.batch
         passes = {
             "old_logprobs": float(data.old_logprobs is not None),
@@ -555,7 +572,7 @@ class Trainer:
         }
         prompts = batch_prompts(batch, self.cfg.train.share_prompt)
         micro = self.cfg.train.micro_batch_size
-        flops = step_flops(self.shape, trajectories, batch, micro, passes, prompts)
+        flops = step_flops(self.shape, trajectories, batch, micro, passes, prompts, trained)
         return {**flops, **utilisation({**flops, **timings}, peak_flops())}
 
     def rollout(

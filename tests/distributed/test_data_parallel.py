@@ -165,3 +165,6 @@ def test_micro_batches_take_the_longest_rows_first_and_sharded_ranks_pad_to_one_
     assert list(DataParallel(1, 2).micro_batches(alone, 2, lengths)) == []
     ((rows, counted),) = DataParallel(1, 2, True).micro_batches(alone, 2, lengths)
     assert rows.tolist() == [3] and not counted
+    # the same with shared prompts (units), as when the update skips all but one row
+    units = torch.arange(10) // 2
+    assert list(DataParallel(1, 2).micro_batches(alone, 2, lengths, units)) == []

@@ -106,6 +106,22 @@ def test_step_flops_by_hand():
     assert micro_batch_forwards(shape, torch.tensor([5, 8, 3]), 3) == (shape.forward(3, 8), 24, 16)
 
 
+def test_the_update_is_counted_over_the_rows_it_ran_on():
+    """train.skip_zero_advantage: the update's FLOPs and tokens/trained count only its rows;
+    every other pass still runs on the whole batch."""
+    shape = ModelShape(body=100, head=20, layers=2, attention_width=4, hidden=5)
+    samples = [trajectory(3, 2), trajectory(3, 5), trajectory(2, 1)]  # lengths 5, 8, 3
+    batch = Batch.from_trajectories(samples, 0)
+    passes = {"update": 3.0, "ref_logprobs": 1.0}
+    got = step_flops(shape, samples, batch, 2, passes, update_rows=torch.tensor([0, 2]))
+    attention = 4 * 2 * 4
+    rows_0_and_2 = 2 * 120 * 10 + attention * 2 * 25  # one micro-batch [5, 3] padded to 5
+    whole = step_flops(shape, samples, batch, 2, passes)
+    assert got["flops/update"] == pytest.approx(3 * rows_0_and_2)
+    assert got["flops/ref_logprobs"] == whole["flops/ref_logprobs"] == whole["flops/update"] / 3
+    assert got["tokens/trained"] == 8 and whole["tokens/trained"] == 16
+
+
 def test_shared_prompts_are_counted_once_per_micro_batch():
     shape = ModelShape(body=100, head=20, layers=2, attention_width=4, hidden=5)
     # two prompts: 4 tokens x 2 samples (lengths 7, 9), 2 tokens x 1 sample (length 5)
