@@ -79,13 +79,7 @@ from rlvr.train.setup import (
 )
 from rlvr.train.task_filter import screen_task
 from rlvr.train.teacher import Teacher
-from rlvr.train.update import (
-    UpdateInputs,
-    UpdateResult,
-    batch_logprobs,
-    batch_prompts,
-    zero_gradient_rows,
-)
+from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
 from rlvr.types import Batch, Trajectory
 
@@ -494,7 +488,7 @@ class Trainer:
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
         generated = float(sum(t.num_generated for t in trajectories))
-        trained = self.trained_rows(data)
+        trained = torch.arange(len(data.batch)) if result.trained is None else result.trained
         seen = float(data.batch.attention_mask[trained].sum())
         metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
         metrics["tokens_per_sec/train"] = (
@@ -549,15 +543,6 @@ class Trainer:
             "exploration/bonus_max": float(bonus.max()),
             "exploration/groups": rewarded / len(groups),
         }
-
-    def trained_rows(self, data: UpdateInputs) -> torch.Tensor:
-        """The rows the update ran passes on: all but those it skips (train.skip_zero_advantage;
-        an all-inert batch still runs one row, counted here as row 0)."""
-        kl = None if self.cfg.algo.kl_in_reward else self.components.kl
-        inert = zero_gradient_rows(data, self.cfg, self.components.loss, kl)
-        if inert is None:
-            return torch.arange(len(data.batch))
-        return torch.nonzero(~inert)[:, 0] if not inert.all() else torch.arange(1)
 
     def profile(self, trajectories, data: UpdateInputs, result, timings, trained) -> dict:
         """FLOPs of each phase of this step, and the share of the machine's peak each achieved;

@@ -54,6 +54,8 @@ def scale_lr(optimizer: torch.optim.Optimizer, scheduler, factor: float) -> None
 class UpdateResult:
     metrics: dict[str, float]
     skipped: int  # optimizer steps skipped for a non-finite loss or gradient
+    # rows the passes ran on (train.skip_zero_advantage leaves some out); None: every row
+    trained: torch.Tensor | None = None
 
 
 def trim(batch_rows: torch.Tensor, attention: torch.Tensor) -> int:
@@ -295,6 +297,7 @@ def policy_update(
         else [torch.arange(0)] * algo.minibatches
     )
     inert = zero_gradient_rows(data, cfg, loss_fn, kl_fn)
+    ran = torch.zeros(len(batch), dtype=torch.bool)
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -305,6 +308,7 @@ def policy_update(
             # an all-inert minibatch keeps one row, whose zero gradient Adam still steps on
             trained = minibatch if inert is None else minibatch[~inert[minibatch]]
             trained = trained if len(trained) else minibatch[:1]
+            ran[trained] = True
             step_metrics: dict[str, float] = defaultdict(float)
             micro_batches = parallel.micro_batches(
                 trained, cfg.train.micro_batch_size, lengths, units
@@ -349,7 +353,7 @@ def policy_update(
     if trainer_logprobs is not None:
         parallel.sum_tensor(trainer_logprobs)  # each rank recorded its own rows
         metrics.update(mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, recorded))
-    return UpdateResult(metrics, skipped)
+    return UpdateResult(metrics, skipped, None if inert is None else torch.nonzero(ran)[:, 0])
 
 
 def zero_gradient_rows(data: UpdateInputs, cfg: Config, loss_fn, kl_fn) -> torch.Tensor | None:

@@ -333,6 +333,7 @@ def test_skipping_zero_advantage_rows_leaves_the_gradient_as_it_was(tiny_model, 
     )
     assert (rows_on, rows_off) == (4, 8)
     assert r_on.metrics["skipped_rows"] == 0.5 and "skipped_rows" not in r_off.metrics
+    assert r_on.trained.tolist() == [4, 5, 6, 7] and r_off.trained is None
     assert abs(r_on.metrics["loss"] - r_off.metrics["loss"]) < 1e-6
     g_on, g_off = (flat(p.grad for p in m.parameters()) for m in (on, off))
     assert g_off.norm() > 0.1
