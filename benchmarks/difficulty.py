@@ -40,7 +40,7 @@ def measure(path: str, k: int, overrides: list[str]) -> dict:
     warm_seconds = None if cached else round(time.perf_counter() - start, 1)
     runner = make_runner(cfg, model.eval(), tokenizer, components)
     problems = components.task.eval_problems()
-    metrics = evaluate(runner, problems, k, cfg.train.seed, 0)
+    metrics = evaluate(runner, problems, k, cfg.train.seed)
     pass1 = metrics["eval/pass@1"]
     return {
         "config": path,

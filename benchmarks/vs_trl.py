@@ -80,7 +80,7 @@ def final_eval(model_dir: str, overrides: list[str]) -> dict[str, float]:
     cfg, components, _, _ = shared_setup(overrides)
     model, tokenizer = load_model(model_dir, "float32", False)
     runner = make_runner(cfg, model.eval(), tokenizer, components)
-    return evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed, 0)
+    return evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, cfg.train.seed)
 
 
 def run_rlvr(model_dir: str, out_dir: str, steps: int, every: int, overrides: list[str]) -> dict:

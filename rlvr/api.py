@@ -73,7 +73,6 @@ class Loaded:
     model: Any
     tokenizer: Any
     runner: Any
-    step: int  # a run's last step (its final eval's seeds), else 0
 
 
 def load_for_eval(
@@ -84,13 +83,12 @@ def load_for_eval(
     from rlvr.train.prompt_fit import fit_prompts
     from rlvr.train.setup import build_components, build_engine, make_runner
 
-    model_path, run, step = str(model), run_of(Path(model)), 0
+    model_path, run = str(model), run_of(Path(model))
     named = [f"task.name={task}"] if task else []
     if run is not None:
         base = run.load_config().model_dump(mode="json")
         cfg = load_config(config, [*named, *overrides], base=base)
         model_path = str(run.final)
-        step = run.read_summary().get("steps", 0) if run.summary_file.is_file() else 0
     elif task:
         cfg = _config(config, (*named, *overrides))
     else:
@@ -106,7 +104,7 @@ def load_for_eval(
     loaded = loaded.to(resolve_device(cfg.model.device))
     engine = build_engine(cfg, loaded, tokenizer, model_path)  # rollout.engine=vllm works too
     runner_ = make_runner(cfg, loaded, tokenizer, components, engine=engine)
-    return Loaded(cfg, components, loaded, tokenizer, runner_, step)
+    return Loaded(cfg, components, loaded, tokenizer, runner_)
 
 
 def evaluate(
@@ -116,13 +114,13 @@ def evaluate(
     config: str | Path | None = None,
 ) -> dict[str, float]:
     """Held-out greedy accuracy and pass@k, as `rlvr eval` prints them. A run directory (or its
-    final/) brings its own config and its final eval's seeds, so the numbers are those of its
-    summary.json; any other model directory or hub id needs `task`."""
+    final/) brings its own config, so the numbers are those of its summary.json (every eval
+    draws the same seeds); any other model directory or hub id needs `task`."""
     from rlvr.train.evaluate import evaluate as evaluate_runner
 
     m = load_for_eval(model, overrides, task, config)
     problems = m.components.task.eval_problems()
-    return evaluate_runner(m.runner, problems, m.cfg.train.eval_k, m.cfg.train.seed, m.step)
+    return evaluate_runner(m.runner, problems, m.cfg.train.eval_k, m.cfg.train.seed)
 
 
 def analyze(

@@ -863,7 +863,10 @@ class TrainConfig(Section):
         20, ge=0, description="Run held-out eval every this many steps; 0 = only at start and end."
     )
     eval_k: int = Field(
-        4, gt=0, description="Samples per eval problem for pass@k (k = eval_k); 1 skips sampling."
+        4,
+        gt=0,
+        description="Samples per eval problem for pass@k (k = eval_k); 1 skips sampling. Every "
+        "eval samples with the same seeds, so pass@k changes only when the model does.",
     )
     save_every: int = Field(
         50, ge=0, description="Write a checkpoint every this many steps; 0 = only at the end."

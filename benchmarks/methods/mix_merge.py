@@ -48,7 +48,7 @@ def score(model, tokenizer, seed: int) -> dict:
     cfg = load_config(RECIPE, [domains(*DOMAINS), f"train.seed={seed}"])
     components = build_components(cfg)
     runner = make_runner(cfg, model, tokenizer, components)
-    metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, seed, 0)
+    metrics = evaluate(runner, components.task.eval_problems(), cfg.train.eval_k, seed)
     out = {}
     for key in ("accuracy", "pass@1"):
         per_domain = {d: round(metrics[f"eval/domain/{d}/{key}"], 4) for d in DOMAINS}

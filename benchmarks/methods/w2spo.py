@@ -34,7 +34,7 @@ def greedy_accuracy(path: str) -> float:
     components = build_components(cfg)
     model, tokenizer = load_model(path)
     runner = make_runner(cfg, model.eval(), tokenizer, components)
-    return evaluate(runner, components.task.eval_problems(), 1, 0, 0)["eval/accuracy"]
+    return evaluate(runner, components.task.eval_problems(), 1, 0)["eval/accuracy"]
 
 
 def run_arm(arm: str, seed: int, args, run_dir: str, policy: str, weak: str) -> dict:

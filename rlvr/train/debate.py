@@ -213,9 +213,8 @@ class Debate(TrainerGroup):
     def evaluate(self) -> dict[str, float]:
         """The debate on the held-out problems: `shown` generator samples (at the run's
         temperature) and the critic's greedy answer in each later round."""
-        d, step = self.cfg.debate, self.generator.state["step"]
-        problems = self.generator.eval_problems
-        seed = (self.cfg.train.seed, DEBATE_STREAM + 1, step)
+        d, problems = self.cfg.debate, self.generator.eval_problems
+        seed = (self.cfg.train.seed, DEBATE_STREAM + 1, 0)  # every eval the same draws
         with use_adapter(self.model, GENERATOR):
             first = groups(self.generator.source.evaluator.collect(problems, d.shown, seed))
         rounds = self.critic_rounds(problems, first, seed, greedy=True)

@@ -12,14 +12,15 @@ from rlvr.rollout.runner import EpisodeRunner
 from rlvr.train.metrics import domain_metrics
 from rlvr.types import Problem
 
-EVAL_STREAM = 1  # keeps eval sampling seeds apart from training's (stream 0)
+# Keeps eval sampling seeds apart from training's (stream 0). Every eval draws the seeds of step 0,
+# so a curve's change is the model's, not the draw's (an unchanged model scores the same pass@k at
+# every step), and models from different runs or steps are compared on the same random numbers.
+EVAL_STREAM = 1
 
 
-def evaluate(
-    runner: EpisodeRunner, problems: list[Problem], k: int, seed: int, step: int
-) -> dict[str, float]:
+def evaluate(runner: EpisodeRunner, problems: list[Problem], k: int, seed: int) -> dict[str, float]:
     greedy = runner.collect(
-        problems, 1, (seed, EVAL_STREAM, step), replace(runner.params, temperature=0.0)
+        problems, 1, (seed, EVAL_STREAM, 0), replace(runner.params, temperature=0.0)
     )
     metrics = {
         "eval/accuracy": sum(t.correct for t in greedy) / len(greedy),
@@ -38,7 +39,7 @@ def evaluate(
         metrics["eval/critical_path_tokens"] = sum(s.critical_path_tokens for s in traces) / n
         metrics["eval/parallel_share"] = sum(s.regions > 0 for s in traces) / n
     if k > 1:
-        sampled = runner.collect(problems, k, (seed, EVAL_STREAM, step))
+        sampled = runner.collect(problems, k, (seed, EVAL_STREAM, 0))
         correct: dict[int, int] = defaultdict(int)
         domain: dict[int, str] = {}
         for t in sampled:

@@ -362,7 +362,6 @@ class Trainer:
             self.eval_problems,
             self.cfg.train.eval_k,
             self.cfg.train.seed,
-            self.state["step"],
         )
         return dict(metrics, **{"time/eval": time.perf_counter() - start})
 

@@ -3,12 +3,14 @@ that hold parallel-thread regions."""
 
 import pytest
 
+from rlvr.config import load_config
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout import EpisodeRunner, SamplingParams
 from rlvr.rollout.engine import Completion
 from rlvr.rollout.parallel import TAG_TOKENS
 from rlvr.train.evaluate import difficulty, evaluate
+from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Score
 
 TOKENIZER = build_tokenizer(TAG_TOKENS)  # each tag one token, every other character one
@@ -36,7 +38,7 @@ def ends_in_five(problem, response):
 def run(problems):
     env = lambda: SingleTurnEnv(ends_in_five, ends_in_five)  # noqa: E731
     runner = EpisodeRunner(ScriptedPolicy(), TOKENIZER, env, SamplingParams(64, 1.0))
-    return evaluate(runner, problems, 1, 0, 0)
+    return evaluate(runner, problems, 1, 0)
 
 
 def test_replies_with_regions_report_their_critical_path_and_share():
@@ -50,6 +52,33 @@ def test_sequential_replies_report_no_critical_path():
     metrics = run([Problem("1", "y?"), Problem("2", "z?")])
     assert metrics["eval/accuracy"] == 0.0
     assert "eval/critical_path_tokens" not in metrics and "eval/parallel_share" not in metrics
+
+
+def test_every_eval_of_a_run_samples_the_same_seeds(fast_overrides, monkeypatch):
+    """So an unchanged model scores the same pass@k at every step, and a curve moves only when
+    the model does."""
+    trainer = Trainer(load_config(None, fast_overrides))
+    seen: list[list[int]] = []
+    engine = trainer.source.evaluator.engine
+    generate = engine.generate
+
+    def recording(prompts, params, seeds=None):
+        if params.temperature > 0:
+            seen.append(list(seeds))
+        return generate(prompts, params, seeds)
+
+    monkeypatch.setattr(engine, "generate", recording)
+    try:
+        first = trainer.evaluate()
+        trainer.state["step"] = 7
+        later = trainer.evaluate()
+    finally:
+        trainer.close()
+    assert len(seen) == 2 and len(seen[0]) == 8 * 2  # 8 problems, k = 2
+    assert seen[0] == seen[1]
+    assert {k: v for k, v in first.items() if k.startswith("eval/")} == {
+        k: v for k, v in later.items() if k.startswith("eval/")
+    }
 
 
 def test_difficulty_names_a_base_too_weak_or_already_done_and_is_silent_between():
