@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 import socket
+import threading
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -38,6 +41,12 @@ from rlvr.train.update import (
     policy_update,
     scale_lr,
 )
+
+T = TypeVar("T")
+
+
+class TrainerRankError(RuntimeError):
+    """A trainer rank failed in the middle of a collective step, so the others cannot finish it."""
 
 
 def build_replica(cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str):
@@ -120,9 +129,8 @@ class GatheredOptimizer:
 
     def state_dict(self) -> dict:
         started = [r.optimizer_state.remote() for r in self.group.ranks]
-        state = full_optimizer_state(self.group.trained, self.group.local_optimizer)
-        self.group._get(started)
-        return state
+        g = self.group
+        return g._alongside(started, lambda: full_optimizer_state(g.trained, g.local_optimizer))
 
 
 class RayUpdateGroup:
@@ -162,6 +170,8 @@ class RayUpdateGroup:
         self.optimizer = GatheredOptimizer(self) if self.sharded else self.local_optimizer
         self.placement = [where(), *self._get(joined)]
         self.parallel = DataParallel(0, world, self.sharded)
+        self.local_share: threading.Thread | None = None
+        self.broken = False  # a rank failed mid-step, so the ranks cannot leave the group in step
 
     def load(self, model, restored: Restored | None) -> None:
         """Make every rank equal to rank 0 at the start, with a resumed run's optimizer and
@@ -186,12 +196,59 @@ class RayUpdateGroup:
 
     def update(self, model, data: UpdateInputs, loss_fn, kl_fn, generator) -> UpdateResult:
         started = [r.update.remote(data, generator.get_state()) for r in self.ranks]
-        result = policy_update(self.trained, self.local_optimizer, self.scheduler, data, self.cfg,
-                               loss_fn, kl_fn, generator, self.parallel)  # fmt: skip
-        if self.sharded:
-            copy_full_trainable(self.trained, model)
-        self._get(started)
-        return result
+
+        def local_share() -> UpdateResult:
+            result = policy_update(self.trained, self.local_optimizer, self.scheduler, data,
+                                   self.cfg, loss_fn, kl_fn, generator, self.parallel)  # fmt: skip
+            if self.sharded:
+                copy_full_trainable(self.trained, model)
+            return result
+
+        return self._alongside(started, local_share)
+
+    def _alongside(self, started: list, local_share: Callable[[], T]) -> T:
+        """Rank 0's share of a collective step, run while the other ranks run theirs (`started`).
+        A rank that raises never reaches the next collective, and its peers would wait there for
+        the process group's whole timeout; so rank 0's share runs on a thread, and this one
+        stops the run with the failing rank's error as soon as Ray reports it."""
+        ray = ray_module()
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = local_share()
+            except BaseException as e:  # raised again on the caller's thread
+                outcome["error"] = e
+
+        self.local_share = threading.Thread(target=run, name="rank-0-share", daemon=True)
+        self.local_share.start()
+        pending = list(started)
+        while self.local_share.is_alive():
+            if not pending:
+                self.local_share.join(timeout=0.05)
+                continue
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.05)
+            self._raise_failed(ready, started)
+        if "error" in outcome:
+            self.broken = True  # the other ranks may wait on rank 0 in a collective
+            raise outcome["error"]
+        self._raise_failed(pending, started)
+        return outcome["result"]
+
+    def _raise_failed(self, refs: list, started: list) -> None:
+        ray = ray_module()
+        for ref in refs:
+            try:
+                self._get([ref])
+            except ray.exceptions.RayError as e:
+                self.broken = True
+                cause = getattr(e, "cause", None) or e  # a task's own exception, else Ray's
+                raise TrainerRankError(
+                    f"trainer rank {1 + started.index(ref)} failed during a collective step "
+                    f"({type(cause).__name__}: {cause}), so the other ranks cannot finish it and "
+                    "the run stops; `rlvr train --resume` continues from its last checkpoint. "
+                    f"The rank's report:\n{e}"
+                ) from None
 
     def scale_lr(self, factor: float) -> None:
         scale_lr(self.local_optimizer, self.scheduler, factor)
@@ -225,6 +282,14 @@ class RayUpdateGroup:
 
     def close(self) -> None:
         ray = ray_module()
+        if self.broken:
+            for r in self.ranks:
+                ray.kill(r)
+            if self.local_share is not None:  # its collective fails once its peers are gone
+                self.local_share.join(timeout=self.timeout)
+            if self.local_share is None or not self.local_share.is_alive():
+                dist.destroy_process_group()
+            return
         try:
             self._get([r.leave.remote() for r in self.ranks])
         finally:

@@ -1,10 +1,12 @@
-"""Trainer ranks on Ray: replicated ranks stay equal to rank 0, and sharded (FSDP2) ranks take
-the same steps while each holds half the training state, through a checkpoint and resume."""
+"""Trainer ranks on Ray: replicated ranks stay equal to rank 0, sharded (FSDP2) ranks take the
+same steps while each holds half the training state, through a checkpoint and resume, and a rank
+that fails mid-update stops the run with its own error."""
 
 import pytest
 import torch
 
 from rlvr.config import load_config
+from rlvr.distributed.ray_trainer import TrainerRankError
 from rlvr.train.trainer import Trainer
 
 # the same small run as the rollout tests, in one local Ray for the module
@@ -63,3 +65,17 @@ def test_fsdp_ranks_take_the_replicated_steps_and_resume_exactly(fast_overrides)
     assert any(not torch.equal(initial[k], got[k]) for k in got)
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_rank_that_fails_mid_update_stops_the_run_with_its_error(fast_overrides):
+    """Rank 0 would otherwise wait in the update's first collective for the process group's
+    whole timeout (distributed.rollout_timeout), then fail with gloo's error, not the rank's."""
+    trainer = Trainer(load_config(None, [
+        *fast_overrides, *TWO_RANKS, "train.steps=2", "log.name=failing",
+        "algo.loss=tests.distributed.rank_faults:fails_beyond_rank_zero",
+    ]))  # fmt: skip
+    with pytest.raises(
+        TrainerRankError, match=r"trainer rank 1 failed .*\(RuntimeError: rank 1's loss raised\)"
+    ):
+        trainer.run()
+    assert trainer.state["step"] == 0
