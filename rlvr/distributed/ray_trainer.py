@@ -170,7 +170,7 @@ class RayUpdateGroup:
         self.optimizer = GatheredOptimizer(self) if self.sharded else self.local_optimizer
         self.placement = [where(), *self._get(joined)]
         self.parallel = DataParallel(0, world, self.sharded)
-        self.local_share: threading.Thread | None = None
+        self.share_thread: threading.Thread | None = None  # rank 0's share of the last step
         self.broken = False  # a rank failed mid-step, so the ranks cannot leave the group in step
 
     def load(self, model, restored: Restored | None) -> None:
@@ -220,12 +220,12 @@ class RayUpdateGroup:
             except BaseException as e:  # raised again on the caller's thread
                 outcome["error"] = e
 
-        self.local_share = threading.Thread(target=run, name="rank-0-share", daemon=True)
-        self.local_share.start()
+        self.share_thread = threading.Thread(target=run, name="rank-0-share", daemon=True)
+        self.share_thread.start()
         pending = list(started)
-        while self.local_share.is_alive():
+        while self.share_thread.is_alive():
             if not pending:
-                self.local_share.join(timeout=0.05)
+                self.share_thread.join(timeout=0.05)
                 continue
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.05)
             self._raise_failed(ready, started)
@@ -240,6 +240,9 @@ class RayUpdateGroup:
         for ref in refs:
             try:
                 self._get([ref])
+            except RolloutTimeoutError:
+                self.broken = True
+                raise
             except ray.exceptions.RayError as e:
                 self.broken = True
                 cause = getattr(e, "cause", None) or e  # a task's own exception, else Ray's
@@ -285,9 +288,9 @@ class RayUpdateGroup:
         if self.broken:
             for r in self.ranks:
                 ray.kill(r)
-            if self.local_share is not None:  # its collective fails once its peers are gone
-                self.local_share.join(timeout=self.timeout)
-            if self.local_share is None or not self.local_share.is_alive():
+            if self.share_thread is not None:  # its collective fails once its peers are gone
+                self.share_thread.join(timeout=self.timeout)
+            if self.share_thread is None or not self.share_thread.is_alive():
                 dist.destroy_process_group()
             return
         try:
