@@ -99,20 +99,24 @@ def curves(seeds: list[dict]) -> dict:
 def race(runs: dict[str, list[dict]]) -> dict:
     """Who is ahead at equal wall time. Per seed: the training seconds both sides ran (the
     shorter run's), and each side's greedy accuracy at its last eval within them (the model a
-    user holds then) and its best one (which favours the side with more evals in the time)."""
-    budgets, last, best = [], {name: [] for name in runs}, {name: [] for name in runs}
+    user holds then) and its best one (which favours the side with more evals in the time), and
+    the last one's pass@1 (every eval samples with the same seeds, so the two compare alike)."""
+    budgets = []
+    last, best, last_pass1 = ({name: [] for name in runs} for _ in range(3))
     for seeds in zip(*runs.values()):
         budget = min(sum(r["step_seconds"]) for r in seeds)
         budgets.append(round(budget, 1))
         for name, r in zip(runs, seeds):
             within = [
-                e["eval/accuracy"]
+                e
                 for step, e in sorted(r["eval_by_step"].items(), key=lambda item: int(item[0]))
                 if sum(r["step_seconds"][: int(step)]) <= budget
             ]
-            last[name].append(within[-1])
-            best[name].append(max(within))
-    out = {"budget_seconds": budgets, "last_within": last, "best_within": best}
+            last[name].append(within[-1]["eval/accuracy"])
+            best[name].append(max(e["eval/accuracy"] for e in within))
+            last_pass1[name].append(round(within[-1].get("eval/pass@1", float("nan")), 3))
+    out = {"budget_seconds": budgets, "last_within": last, "best_within": best,
+           "last_pass1_within": last_pass1}  # fmt: skip
     if set(runs) == {"rlvr", "trl"}:
         out["rlvr_ahead_on_every_seed"] = all(a > b for a, b in zip(last["rlvr"], last["trl"]))
     return out
