@@ -94,6 +94,15 @@ def test_debate_trains_both_adapters_on_one_base_and_resumes_exactly(
     ]  # fmt: skip
     debate = Debate(load_config(None, overrides))
     assert debate.critic.model is debate.generator.model  # one base, two adapters
+    engine = debate.generator.source.evaluator.engine
+    seen, generate = [], engine.generate
+    monkeypatch.setattr(engine, "generate", lambda p, params, seeds=None: (
+        seen.append(seeds), generate(p, params, seeds))[1])  # fmt: skip
+    first = debate.evaluate()
+    debate.generator.state["step"] = 7  # every eval samples the same draws, whatever the step
+    assert debate.evaluate() == first and seen[: len(seen) // 2] == seen[len(seen) // 2 :]
+    debate.generator.state["step"] = 0
+    monkeypatch.setattr(engine, "generate", generate)
     base = {n: p.detach().clone() for n, p in debate.model.named_parameters() if "lora_" not in n}
     summary = debate.run()
     trained = dict(debate.model.named_parameters())
