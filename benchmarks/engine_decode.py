@@ -1,12 +1,14 @@
 """rlvr's embedded engine against transformers' `generate` on the same model, prompts and budget.
 
-Both sample the default batch (16 prompts x 8 samples, temperature 1) from the warm-started
-tiny model of the default task, in turn, R rounds. `generate` is what TRL's trainer calls
-without vLLM: it prefills every row's copy of the prompt and decodes every row until the
-longest one ends. rlvr's engine prefills each distinct prompt once and drops finished rows.
-Prints one JSON object: median seconds per batch for each, the ratio, and mean tokens sampled.
+Each samples one batch (the config's prompts x group, temperature 1; the default task unless
+--config names a file) from its warm-started tiny model, in turn, R rounds. `generate` is what
+TRL's trainer calls without vLLM: it prefills every row's copy of the prompt and decodes every
+row until the longest one ends. rlvr's engine prefills each distinct prompt once, drops
+finished rows and writes each token's keys into room reserved in its KV cache; a third arm runs
+it on transformers' own cache, which concatenates (the same samples, checked). Prints one JSON
+object: median seconds per batch for each, the ratios, and mean tokens sampled.
 
-    python benchmarks/engine_decode.py [--rounds 8] [section.key=value ...]
+    python benchmarks/engine_decode.py [--rounds 8] [--config FILE] [section.key=value ...]
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import json
 import platform
 import statistics
 import time
+from unittest.mock import patch
 
 import torch
 import transformers
 
 from rlvr.config import load_config
-from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout import HFEngine, SamplingParams, hf_engine
 from rlvr.rollout.tokens import encode_prompt
 from rlvr.train.display import Display
 from rlvr.train.setup import build_components
@@ -54,9 +57,10 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--config", default=None)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    cfg = load_config(None, [*args.overrides, "log.quiet=true"])
+    cfg = load_config(args.config, [*args.overrides, "log.quiet=true"])
     components = build_components(cfg)
     model, tokenizer = load_policy(cfg, components, Display(True))
     model.eval()
@@ -66,31 +70,45 @@ def main() -> None:
         encode_prompt(tokenizer, p.messages()) for p in problems for _ in range(r.group_size)
     ]
     engine, params = HFEngine(model, tokenizer), SamplingParams(r.max_new_tokens, 1.0)
-    seconds: dict[str, list[float]] = {"rlvr": [], "transformers_generate": []}
-    lengths: dict[str, list[float]] = {"rlvr": [], "transformers_generate": []}
+
+    def rlvr_engine(seeds: list[int]) -> list[list[int]]:
+        return [c.token_ids for c in engine.generate(prompts, params, seeds)]
+
+    def rlvr_concatenating(seeds: list[int]) -> list[list[int]]:
+        with patch.object(hf_engine, "make_room", lambda cache, room: None):
+            return rlvr_engine(seeds)
+
+    seconds: dict[str, list[float]] = {"rlvr": [], "rlvr_concatenating_cache": []}
+    seconds["transformers_generate"] = []
+    lengths: dict[str, list[float]] = {name: [] for name in seconds}
     with torch.no_grad():
-        for round_ in range(args.rounds + 1):  # round 0 warms both up and is not counted
-            start = time.perf_counter()
+        for round_ in range(args.rounds + 1):  # round 0 warms them up and is not counted
             seeds = [round_ * len(prompts) + i for i in range(len(prompts))]
-            replies = [len(c.token_ids) for c in engine.generate(prompts, params, seeds)]
-            rlvr_time = time.perf_counter() - start
+            replies = {}
+            for name, sample in [("rlvr", rlvr_engine), ("rlvr_concatenating_cache", rlvr_concatenating)]:  # fmt: skip
+                start = time.perf_counter()
+                replies[name] = sample(seeds)
+                if round_:
+                    seconds[name].append(time.perf_counter() - start)
+                    lengths[name].append(statistics.fmean(map(len, replies[name])))
+            if replies["rlvr"] != replies["rlvr_concatenating_cache"]:
+                raise SystemExit("the two caches gave different samples: the room is broken")
             start = time.perf_counter()
             theirs = hf_generate(model, tokenizer, prompts, r.max_new_tokens)
-            hf_time = time.perf_counter() - start
             if round_:
-                seconds["rlvr"].append(rlvr_time)
-                seconds["transformers_generate"].append(hf_time)
-                lengths["rlvr"].append(statistics.fmean(replies))
+                seconds["transformers_generate"].append(time.perf_counter() - start)
                 lengths["transformers_generate"].append(statistics.fmean(theirs))
     median = {name: statistics.median(values) for name, values in seconds.items()}
     print(json.dumps({
         "benchmark": "engine_decode", "cpu": cpu_model(), "threads": torch.get_num_threads(),
         "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "batch": len(prompts),
+        "transformers": transformers.__version__, "config": args.config or "default",
+        "batch": len(prompts),
         "max_new_tokens": r.max_new_tokens, "rounds": args.rounds,
         "seconds_per_batch_median": {k: round(v, 4) for k, v in median.items()},
         "mean_reply_tokens": {k: round(statistics.fmean(v), 1) for k, v in lengths.items()},
         "rlvr_vs_generate": round(median["rlvr"] / median["transformers_generate"], 3),
+        "room_vs_concatenating": round(median["rlvr"] / median["rlvr_concatenating_cache"], 3),
     }, indent=2))  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.models.lora import unwrapped
 from rlvr.rollout.engine import Completion, SamplingParams, is_greedy
+from rlvr.rollout.kv_cache import make_room
 
 
 def sampling_logprobs(
@@ -128,6 +129,7 @@ class HFEngine:
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                          use_cache=True, logits_to_keep=1)  # fmt: skip
         cache, source = getattr(out, self.cache_arg), source.to(device)
+        make_room(cache, params.max_new_tokens)
         if len(distinct) < len(prompts):
             cache.batch_select_indices(source)
         logits = out.logits[:, -1][source]
