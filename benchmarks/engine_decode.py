@@ -78,14 +78,14 @@ def main() -> None:
         with patch.object(hf_engine, "make_room", lambda cache, room: None):
             return rlvr_engine(seeds)
 
-    seconds: dict[str, list[float]] = {"rlvr": [], "rlvr_concatenating_cache": []}
-    seconds["transformers_generate"] = []
+    arms = {"rlvr": rlvr_engine, "rlvr_concatenating_cache": rlvr_concatenating}
+    seconds: dict[str, list[float]] = {name: [] for name in [*arms, "transformers_generate"]}
     lengths: dict[str, list[float]] = {name: [] for name in seconds}
     with torch.no_grad():
         for round_ in range(args.rounds + 1):  # round 0 warms them up and is not counted
             seeds = [round_ * len(prompts) + i for i in range(len(prompts))]
             replies = {}
-            for name, sample in [("rlvr", rlvr_engine), ("rlvr_concatenating_cache", rlvr_concatenating)]:  # fmt: skip
+            for name, sample in arms.items():
                 start = time.perf_counter()
                 replies[name] = sample(seeds)
                 if round_:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-try:  # transformers 5 holds a cache as a list of layer objects; 4.x kept lists of tensors
+try:  # newer transformers hold a cache as layer objects; older releases kept lists of tensors
     from transformers.cache_utils import DynamicLayer
 except ImportError:
     DynamicLayer = None
@@ -66,8 +66,8 @@ if DynamicLayer is not None:
 
 def make_room(cache, room: int) -> None:
     """Give each plain DynamicLayer of a prefilled `cache` room to grow in place. Other kinds
-    (sliding windows, quantised or linear-attention layers) and transformers 4.x caches keep
-    their own, slower but correct, concatenation."""
+    (sliding windows, quantised or linear-attention layers) and the caches of transformers
+    releases without layer objects keep their own, slower but correct, concatenation."""
     if DynamicLayer is None:
         return
     layers = getattr(cache, "layers", [])

@@ -6,7 +6,8 @@ from rlvr.rollout.kv_cache import DynamicLayer, make_room
 from rlvr.rollout.tokens import encode_prompt
 
 pytestmark = pytest.mark.skipif(
-    DynamicLayer is None, reason="transformers 4.x caches have no layer objects to give room"
+    DynamicLayer is None,
+    reason="this transformers release keeps its cache without layer objects to give room",
 )
 
 
