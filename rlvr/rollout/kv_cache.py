@@ -17,8 +17,8 @@ if DynamicLayer is not None:
         """A DynamicLayer whose `keys` and `values` are views of longer buffers
         ([batch, heads, capacity, head_dim]). The capacity doubles when a token does not fit,
         up to the most the decode can reach, so a reply of n tokens costs about log2(n) copies
-        of the cache instead of n, and the buffers hold about twice the positions in use at most. It
-        lives for one decode: the engine only appends to it and selects rows from it."""
+        of the cache instead of n, and the buffers hold about twice the positions in use at
+        most. It lives for one decode: the engine only appends to it and selects rows from it."""
 
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int):
             super().__init__()

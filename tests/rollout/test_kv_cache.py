@@ -39,7 +39,8 @@ def test_roomy_layer_holds_what_a_dynamic_layer_holds():
             roomy.batch_select_indices(torch.tensor(arg))
         assert torch.equal(roomy.keys, plain.keys) and torch.equal(roomy.values, plain.values)
         assert roomy.get_seq_length() == plain.get_seq_length()
-    assert roomy.get_seq_length() == 5 + 12  # the whole room used, never more
+    assert roomy.get_seq_length() == 5 + 12  # the whole room used, and the buffer no larger
+    assert roomy.key_room.shape[-2] == roomy.value_room.shape[-2] == 5 + 12
 
 
 def test_appends_write_in_place_and_the_room_doubles_up_to_the_limit():
