@@ -8,8 +8,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 CACHE = Path(__file__).with_name("catalog.json")
-KINDS = ("advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "presets")
-PLUGIN_GROUPS = {kind: f"rlvr.{kind}" for kind in ("advantages", "losses", "rewards", "tasks")}
+KINDS = (
+    "advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "methods", "presets",
+)  # fmt: skip
+PLUGIN_GROUPS = {
+    kind: f"rlvr.{kind}" for kind in ("advantages", "losses", "rewards", "tasks", "methods")
+}
 
 
 def registry(kind: str) -> dict:
@@ -28,6 +32,8 @@ def registry(kind: str) -> dict:
         from rlvr.tasks import TASKS as found
     elif kind == "envs":
         from rlvr.envs import ENVS as found
+    elif kind == "methods":
+        from rlvr.methods import METHODS as found
     else:
         from rlvr.models.tiny import PRESETS
 

@@ -174,25 +174,6 @@ class TaskConfig(BaseModel):
         "file and line, 'skip' drops the row, 'truncate' cuts the prompt's longest message from "
         "the start (its end, where the question usually is, is kept).",
     )
-    filter: list[Literal["verifier_consistent", "solvable"]] = Field(
-        default_factory=list,
-        description="River: screen task.filter_pool train problems before RL and train only on "
-        "those kept: 'verifier_consistent' (the verifier accepts the task's own demonstration "
-        "and rejects an empty reply and another problem's answer), 'solvable' (task.filter_oracle "
-        "solves it within task.filter_k tries). Eval problems are never filtered.",
-    )
-    filter_pool: int = Field(
-        512, gt=0, description="task.filter: how many train problems (the first ones) are screened."
-    )
-    filter_oracle: str = Field(
-        "policy",
-        description="task.filter 'solvable': who tries the problems: 'policy' (the run's starting "
-        "policy), a model path or hub id, or a 'module:function' taking the conversation "
-        "(messages) and returning the next reply.",
-    )
-    filter_k: int = Field(
-        4, gt=0, description="task.filter 'solvable': tries the oracle gets per problem."
-    )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -537,42 +518,6 @@ class AlgoConfig(Section):
         False,
         description="DAPO: responses cut by max_new_tokens get no loss (their mask is zeroed).",
     )
-    repetition_penalty_delta: float = Field(
-        0.0,
-        ge=0,
-        description="River: add -delta to the advantages of each turn whose action and "
-        "observation both repeat an earlier turn's (Jaccard > repetition_jaccard); 0 disables "
-        "(the paper: 0.05).",
-    )
-    repetition_jaccard: float = Field(
-        0.8,
-        ge=0,
-        lt=1,
-        description="River: Jaccard similarity of whitespace-separated words above which two "
-        "turns' actions (and observations) count as the same.",
-    )
-    repetition_cap: float = Field(
-        0.15, gt=0, description="River: most repetition penalty in total per episode."
-    )
-    elliptical_beta: float = Field(
-        0.0,
-        ge=0,
-        description="RepExp: add beta times each rollout's elliptical bonus (its leverage among "
-        "its group, on the starting policy's last hidden states averaged over the reply) to its "
-        "reward, in groups with a correct rollout; 0 disables (the paper: 0.01).",
-    )
-    elliptical_dim: int = Field(
-        32, ge=1, description="RepExp: dimensions of the sparse random projection (32; 128 for "
-        "long-answer tasks), drawn afresh each step.",
-    )  # fmt: skip
-    elliptical_lambda: float = Field(
-        0.01, gt=0, description="RepExp: the ridge lambda of Sigma = lambda I + sum_j h_j h_j^T."
-    )
-    elliptical_leave_one_out: bool = Field(
-        False,
-        description="RepExp: score h_i against its siblings alone, l_i / (1 - l_i), instead of "
-        "the leverage l_i.",
-    )
     parallel_accel_weight: float = Field(
         0.0,
         ge=0,
@@ -715,27 +660,6 @@ class AlgoConfig(Section):
         default_factory=list,
         description="gae: parameter-name substrings the critic does not train, e.g. ['attn'] "
         "(SAO's frozen-attention critic).",
-    )
-    rfpo_label_steps: int = Field(
-        0,
-        ge=0,
-        description="RFPO: steps of ordinary PPO (verifier rewards, a critic fitted to them by "
-        "gae with gamma = lam = 1, so V estimates the chance of success from each prefix); then the critic is "
-        "calibrated, frozen, and its verdict 1[V(reply) - b(length decile, cut off or not) > tau] "
-        "is the reward. 0: off.",
-    )
-    rfpo_label_share: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="RFPO: share of replies (a seeded draw each) that keep the verifier's reward "
-        "after the switch (the paper's p).",
-    )
-    rfpo_calibration_rollouts: int = Field(
-        512,
-        gt=0,
-        description="RFPO: held-out replies (sampled for this alone, never trained on) that calibrate "
-        "the baselines and tau against the verifier at the switch.",
     )
     dis_clip_low: float = Field(
         0.3, ge=0, description="dis: tokens with ratio <= 1 - dis_clip_low get no gradient."
@@ -1039,6 +963,13 @@ class Config(Section):
         default_factory=DebateConfig,
         description="A generator and a critic on one base, trained together (MADA-RL).",
     )
+    methods: dict[str, dict[str, Any] | None] = Field(
+        default_factory=dict,
+        description="Research methods that act on the loop, each a table of its own settings: "
+        "methods.<name>.<key> (`rlvr list methods`; a plug-in by `module:attr`). An empty table "
+        "(methods.repexp={}) runs a method with its defaults; methods.<name>=null turns off one "
+        "that a file enables.",
+    )
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -1109,15 +1040,6 @@ class Config(Section):
                 "rollout.branch_model branches the replies of the in-process rollout, not of "
                 "Ray workers, tree rollouts or partial rollouts; fix: distributed.backend=local, "
                 "rollout.tree_width=0 and rollout.partial_tokens=0 (or no rollout.branch_model)"
-            )
-        if a.rfpo_label_steps and (
-            a.advantage != "gae" or a.gamma != 1 or a.lam != 1 or a.lam_mode != "fixed"
-        ):
-            raise ValueError(
-                "algo.rfpo_label_steps turns the critic into the reward, which needs a critic of "
-                "P(success | prefix): gae with no discount and no bootstrapping. Fix: "
-                "algo.advantage=gae, algo.gamma=1, algo.lam=1 and algo.lam_mode=fixed (or "
-                "algo.rfpo_label_steps=0)"
             )
         if r.dispatch_threads and (
             d.backend == "ray" or r.tree_width or r.branch_model or a.rgpo_segments
@@ -1354,6 +1276,25 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# Keys that moved to a method's own table: a config that still uses one is told where it went.
+RENAMED = {
+    "algo.elliptical_beta": "methods.repexp.beta",
+    "algo.elliptical_dim": "methods.repexp.dim",
+    "algo.elliptical_lambda": "methods.repexp.ridge_lambda",
+    "algo.elliptical_leave_one_out": "methods.repexp.leave_one_out",
+    "algo.repetition_penalty_delta": "methods.river.penalty_delta",
+    "algo.repetition_jaccard": "methods.river.jaccard",
+    "algo.repetition_cap": "methods.river.penalty_cap",
+    "task.filter": "methods.river.filter",
+    "task.filter_pool": "methods.river.pool",
+    "task.filter_oracle": "methods.river.oracle",
+    "task.filter_k": "methods.river.k",
+    "algo.rfpo_label_steps": "methods.rfpo.label_steps",
+    "algo.rfpo_label_share": "methods.rfpo.label_share",
+    "algo.rfpo_calibration_rollouts": "methods.rfpo.calibration_rollouts",
+}
+
+
 def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     lines = []
     known = _known_keys(Config)
@@ -1382,7 +1323,27 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
+def _moved(data: dict[str, Any]) -> None:
+    """A ConfigError naming each key of `data` that moved, and where to."""
+    found = [
+        key
+        for key in RENAMED
+        if isinstance(data.get(key.split(".")[0]), dict)
+        and key.split(".")[1] in data[key.split(".")[0]]
+    ]
+    if found:
+        raise ConfigError(
+            "invalid config:\n  "
+            + "\n  ".join(
+                f"'{k}' moved to '{RENAMED[k]}' (the method's own table); fix: write "
+                f"{RENAMED[k]} instead"
+                for k in found
+            )
+        )
+
+
 def build_config(data: dict[str, Any]) -> Config:
+    _moved(data)
     try:
         return Config.model_validate(data)
     except ValidationError as e:
@@ -1436,9 +1397,12 @@ def _table(title: str, rows: list[str]) -> list[str]:
     return [title, "", "| key | default | description |", "|---|---|---|", *rows, ""]
 
 
-def config_reference(tasks: dict[str, Any], rewards: dict[str, Any]) -> str:
+def config_reference(
+    tasks: dict[str, Any], rewards: dict[str, Any], methods: dict[str, Any]
+) -> str:
     """Markdown table of every key, its default and its description (docs/config.md); the
-    `Params` models of `tasks` and of reward classes in `rewards` add their own keys."""
+    `Params` models of `tasks`, of reward classes in `rewards` and of `methods` add their own
+    keys."""
     lines = [
         "# Config reference",
         "",
@@ -1447,6 +1411,13 @@ def config_reference(tasks: dict[str, Any], rewards: dict[str, Any]) -> str:
         "",
     ]
     for section, field in Config.model_fields.items():
+        if section == "methods":  # a table per method, each from its own Params
+            lines += [f"## `methods`: {field.description}", ""]
+            for name, method in sorted(methods.items()):
+                summary = " ".join(method.__doc__.split())
+                rows = _param_rows(f"methods.{name}", method.Params)
+                lines += _table(f"### `methods.{name}`: {summary}", rows)
+            continue
         lines += _table(
             f"## `{section}`: {field.description}", _param_rows(section, field.annotation)
         )
@@ -1464,7 +1435,8 @@ def config_reference(tasks: dict[str, Any], rewards: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    from rlvr.methods import METHODS
     from rlvr.rewards import REWARDS
     from rlvr.tasks import TASKS
 
-    print(config_reference(TASKS, REWARDS))
+    print(config_reference(TASKS, REWARDS, METHODS))

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import config_reference, load_config
+from rlvr.methods import METHODS
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.train.setup import build_components
@@ -24,5 +25,5 @@ def test_one_example_per_builtin_task():
 
 def test_config_reference_is_current():
     assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(
-        TASKS, REWARDS
+        TASKS, REWARDS, METHODS
     ).strip()

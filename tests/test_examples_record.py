@@ -33,12 +33,12 @@ LEFT_OUT = {"real_model.toml": "loads a hub model", "w2spo.toml": "needs rollout
 # Settings that let a method act within two steps.
 EXTRA = {
     "rfpo.toml": [
-        "algo.rfpo_label_steps=1",
-        "algo.rfpo_calibration_rollouts=8",
+        "methods.rfpo.label_steps=1",
+        "methods.rfpo.calibration_rollouts=8",
         "algo.critic_warmup_steps=0",
     ],  # fmt: skip
     "poise.toml": ["algo.poise_bootstrap_steps=1"],
-    "river.toml": ["task.filter_pool=32"],
+    "river.toml": ["methods.river.pool=32"],
 }
 
 

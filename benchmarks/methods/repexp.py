@@ -1,7 +1,7 @@
 """RepExp (arXiv 2510.11686): GRPO with and without the elliptical exploration bonus on the
 default task, same warm start, budget and seeds; does pass@k at large k hold up better?
 
-Arms differ only in algo.elliptical_beta: 0 (plain GRPO), the paper's 0.01, and 0.1. Every arm
+Arms differ only in methods.repexp.beta: off (plain GRPO), the paper's 0.01, and 0.1. Every arm
 evaluates with eval_k samples per held-out problem, so pass@1 and pass@eval_k come from the
 same seeded samples.
 
@@ -25,7 +25,7 @@ ARMS = {"grpo": 0.0, "repexp_0.01": 0.01, "repexp_0.1": 0.1}
 
 def run_arm(beta: float, name: str, seed: int, args, run_dir: str, model: str) -> dict:
     arm = train_arm(RECIPE, [
-        f"model.name={model}", f"algo.elliptical_beta={beta}", f"train.eval_k={args.eval_k}",
+        f"model.name={model}", *([f"methods.repexp.beta={beta}"] if beta else ["methods.repexp=null"]), f"train.eval_k={args.eval_k}",
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
     ], run_dir, f"{name}-{seed}")  # fmt: skip
     k, final = f"pass@{args.eval_k}", arm.summary["final_eval"]

@@ -3,7 +3,7 @@ keep both alive, so pass@8 for a given mode stays higher than under plain GRPO?
 
 The target_string toy with `task.alternative`: "hello" and "world" are both correct, and the SFT+
 warm start shows each in half of its demonstrations (the rest are random strings), so the base
-says either now and then. Arms differ only in algo.elliptical_beta (0 is plain GRPO) and share
+says either now and then. Arms differ only in methods.repexp.beta (0: the method off, plain GRPO) and share
 the warm start, budget and seeds. After each run, K replies per held-out prompt (temperature 1,
 seeded) are sorted by mode:
   pass@K            some reply is either target (what the run's reward asks for)
@@ -57,7 +57,7 @@ def mode_coverage(model, tokenizer, problems, max_new_tokens: int) -> dict:
 
 def run_arm(beta: float, seed: int, args, run_dir: str, model_path: str) -> dict:
     arm = train_arm(RECIPE, [
-        *task_overrides(args), f"model.name={model_path}", f"algo.elliptical_beta={beta}",
+        *task_overrides(args), f"model.name={model_path}", *([f"methods.repexp.beta={beta}"] if beta else ["methods.repexp=null"]),
         f"train.steps={args.steps}", f"train.seed={seed}",
     ], run_dir, f"beta{beta}-{seed}")  # fmt: skip
     trainer = arm.trainer

@@ -27,11 +27,11 @@ from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "rfpo.toml"
 ARMS = {
-    "verifier": ["algo.rfpo_label_steps=0"],
+    "verifier": ["methods.rfpo=null"],
     "rfpo": [],
-    "rfpo_p25": ["algo.rfpo_label_share=0.25"],
+    "rfpo_p25": ["methods.rfpo.label_share=0.25"],
 }
-SWITCH = 10  # the recipe's rfpo_label_steps
+SWITCH = 10  # the recipe's methods.rfpo.label_steps
 TASKS = {  # the default task, and one whose success a critic can read off the reply itself
     "arithmetic": [],
     "target_string": [

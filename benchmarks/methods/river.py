@@ -6,14 +6,14 @@ turn-level repetition penalty.
     systematic shortcut) instead of the right one. Eval problems are all clean. Two arms from
     the default warm start, same seed and budget:
       all       train on every problem;
-      filtered  task.filter = [verifier_consistent, solvable] (the starting policy, 4 tries)
+      filtered  methods.river.filter = [verifier_consistent, solvable] (the starting policy, 4 tries)
                 over the first --pool train problems, as examples/recipes/river.toml.
     Reported: held-out greedy accuracy and pass@1 along the run, and which verifier kinds the
     screen kept.
 (b) repetition: guess-the-number (1..16, 8 guesses, no per-turn reward) warm-started on
     demonstrations whose flawed share binary-searches but says every guess twice (a loop the
     env answers the same way both times). Two arms: the plain outcome reward, and
-    algo.repetition_penalty_delta = 0.05 (cap 0.15, Jaccard 0.8). Reported: on the held-out
+    methods.river.penalty_delta = 0.05 (cap 0.15, Jaccard 0.8). Reported: on the held-out
     secrets, the share of turns that repeat an earlier turn (the penalty's own detector) and
     of episodes with a repeat, before and after RL, sampled (temperature 1, --eval-k each) and
     greedy; success rate.
@@ -39,12 +39,12 @@ from machine import machine
 from rlvr.algos.shaping import repeated_turns, turn_texts
 from rlvr.config import load_config
 from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.methods.river import FilteredTask
 from rlvr.rewards.match import numeric_match
 from rlvr.tasks.arithmetic import SOLVERS, ArithmeticTask
 from rlvr.tasks.base import seeded_rng
 from rlvr.tasks.guess_number import GuessNumberTask
 from rlvr.train.setup import build_components
-from rlvr.train.task_filter import FilteredTask
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start
 from rlvr.types import Message, Problem, Score
@@ -137,8 +137,8 @@ def run_filter_arm(name: str, args, run_dir: str, model: str, seed: int) -> dict
     arms = {
         "all": [],
         "filtered": [
-            "task.filter=[verifier_consistent, solvable]", f"task.filter_pool={args.pool}",
-            "task.filter_k=4",
+            "methods.river.filter=[verifier_consistent, solvable]", f"methods.river.pool={args.pool}",
+            "methods.river.k=4", "methods.river.penalty_delta=0",
         ],
     }  # fmt: skip
     overrides = [
@@ -190,7 +190,7 @@ def repetition_rates(trainer: Trainer, k: int) -> dict:
 
 
 def run_repetition_arm(name: str, args, run_dir: str, model: str, seed: int) -> dict:
-    arms = {"outcome": [], "penalty": ["algo.repetition_penalty_delta=0.05"]}
+    arms = {"outcome": [], "penalty": ["methods.river.filter=[]"]}
     overrides = [
         f"model.name={model}", *LOOPY, "train.eval_k=1", *common(args, run_dir, name, seed),
         *arms[name],

@@ -84,11 +84,10 @@ def check_cohort(cfg: Config) -> None:
         )
     label_readers = {
         "task.rewards": bool(cfg.task.rewards),
-        "task.filter": bool(cfg.task.filter),
         "algo.dynamic_sampling": a.dynamic_sampling,
         "algo.rgpo_segments": bool(a.rgpo_segments),
-        "algo.elliptical_beta": bool(a.elliptical_beta),
         f"algo.advantage = '{a.advantage}'": "baseline_rewards" in components.requires,
+        **{f"methods.{n}": m.reads_labels for n, m in components.methods.chosen.items()},
     }
     for key, used in label_readers.items():
         if used:

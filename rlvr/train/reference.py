@@ -1,6 +1,6 @@
 """The frozen reference policy behind one small interface: a copy of the starting policy, or,
-for a LoRA policy, the policy itself with its adapters disabled (no second copy). It gives the
-KL term its logprobs and RepExp's bonus its hidden states."""
+for a LoRA policy, the policy itself with its adapters disabled (no second copy): the KL term's
+logprobs, and the starting policy a method reads (RepExp's hidden states)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 from transformers import PreTrainedModel
 
 from rlvr.models.lora import adapters_disabled, is_lora
-from rlvr.models.representation import response_hidden_means
 from rlvr.train.update import batch_logprobs
 from rlvr.types import Batch
 
@@ -56,9 +55,3 @@ class ReferencePolicy:
             return batch_logprobs(
                 model, batch, micro_batch_size, temperature, share_prompt, normaliser=normaliser
             )
-
-    def hidden_means(self, batch: Batch, micro_batch_size: int) -> torch.Tensor:
-        """[B, H]: each row's last hidden state under the starting policy, averaged over its
-        response."""
-        with self.frozen() as model:
-            return response_hidden_means(model, batch, micro_batch_size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -34,6 +34,7 @@ from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.tasks.paraphrase import Paraphrased
+from rlvr.train.hooks import Methods
 from rlvr.train.update import LocalUpdate
 from rlvr.types import Problem, Score
 
@@ -70,6 +71,7 @@ class Components:
     kl: KLFn | None
     requires: frozenset[str] = frozenset()  # optional AdvInputs fields the estimator reads
     min_group_size: int = 1  # smallest group the estimator can compare within
+    methods: Methods = field(default_factory=Methods)  # the research methods of cfg.methods
 
 
 def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_known=()) -> Any:
@@ -248,7 +250,11 @@ def build_components(cfg: Config) -> Components:
         if cfg.algo.kl_coef > 0 or any(cfg.algo.teacher_kl_coefs)
         else None
     )
-    return Components(task, reward, verifier, advantage, loss, kl, requires, minimum)
+    # Imported here: a method may use this module's runners (River's screen), so methods sit above it.
+    from rlvr.methods import build_methods
+
+    methods = build_methods(cfg, task)
+    return Components(task, reward, verifier, advantage, loss, kl, requires, minimum, methods)
 
 
 def env_factory(components: Components) -> Callable[[], Env]:

@@ -11,7 +11,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +20,7 @@ from rlvr.algos.advantages import AdvInputs, RunningMean, broadcast_from_last
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
 from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
-from rlvr.algos.shaping import (
-    elliptical_bonus,
-    overlong_penalty,
-    repetition_offsets,
-    time_rewards,
-)
+from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import (
@@ -36,7 +30,6 @@ from rlvr.models.lora import (
     save_final,
 )
 from rlvr.models.probe import LayerFeatures, Probe
-from rlvr.models.representation import sparse_projection, step_seed
 from rlvr.rollout.branching import branch_metrics
 from rlvr.rollout.guidance import Guidance, guided_step
 from rlvr.rollout.tree import segment_tensors
@@ -51,7 +44,6 @@ from rlvr.train.checkpoint import (
     save_checkpoint,
 )
 from rlvr.train.critic import Critic
-from rlvr.train.critic_reward import CriticJudge
 from rlvr.train.display import Display
 from rlvr.train.evaluate import difficulty, evaluate
 from rlvr.train.faults import (
@@ -62,6 +54,7 @@ from rlvr.train.faults import (
     resume_hint,
     stop_at_step_end,
 )
+from rlvr.train.hooks import Run, Step
 from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
@@ -77,7 +70,6 @@ from rlvr.train.setup import (
     build_rollout_source,
     build_update_group,
 )
-from rlvr.train.task_filter import screen_task
 from rlvr.train.teacher import Teacher
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
@@ -176,22 +168,15 @@ class Trainer:
         peak_flops()  # measured once per process, here at start-up rather than inside a step
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
         model_path = policy_path(cfg, self.components.task)
-        if cfg.task.filter:  # River: train only on screened problems (the warm start saw all)
-            self.components.task = screen_task(
-                cfg, self.components, self.model, self.tokenizer, self.display.message
-            )
         a, kl = cfg.algo, self.components.kl
         # soft Q-learning reads Q and V off the logits relative to the reference's
         wants_soft_values = "soft_values" in self.components.requires
         needs_reference = kl is not None or wants_soft_values
-        start = ReferencePolicy(self.model) if needs_reference or a.elliptical_beta else None
-        self.reference = start if needs_reference else None
-        self.explorer = start if a.elliptical_beta else None  # RepExp reads the frozen start
+        self.reference = ReferencePolicy(self.model) if needs_reference else None
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
-        self.judge = CriticJudge(a, cfg.train.seed) if a.rfpo_label_steps else None
         self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
@@ -234,6 +219,12 @@ class Trainer:
                 cfg, self.tokenizer, model_path, self.source, self.model
             )
             self.updater.load(self.model, restored)
+            self.methods = self.components.methods
+            self.methods.setup(Run(
+                cfg, self.model, self.tokenizer, self.components, self.source, self.critic,
+                self.display.message,
+            ))  # fmt: skip
+            self.methods.load_state_dict(self.state.pop("methods", {}))
             if cfg.algo.weight_samples:  # 3PO: rollouts sample around the optimizer's weights
                 a = cfg.algo
                 self.source.noise = WeightNoise(
@@ -306,8 +297,6 @@ class Trainer:
             self.probe.load_state_dict(state.pop("probe"))
         if self.guidance is not None:
             self.guidance.load_state_dict(state.pop("guidance"))
-        if self.judge is not None:
-            self.judge.load_state_dict(state.pop("judge"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -338,8 +327,7 @@ class Trainer:
             state["probe"] = self.probe.state_dict()
         if self.guidance is not None:
             state["guidance"] = self.guidance.state_dict()
-        if self.judge is not None:
-            state["judge"] = self.judge.state_dict()
+        state["methods"] = self.methods.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         state["monitors"] = self.monitors.state_dict()
         if hasattr(self.components.task, "state_dict"):
@@ -401,9 +389,8 @@ class Trainer:
                 f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
             )
             return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
-        values, judging = None, self.judge is not None and self.judge.judging(self.state["step"])
-        if judging:  # RFPO: the frozen critic's verdicts replace the verifier's rewards
-            values = self.critic_verdicts(trajectories, sampling, timings)
+        step = Step(self.state["step"], trajectories, sampling, timings)
+        self.methods.rescore(step)
         for trajectory in trajectories:
             trajectory.turn_rewards = time_rewards(trajectory.turn_rewards, cfg.algo.reward_timing)
         penalties = overlong_penalty(
@@ -412,12 +399,10 @@ class Trainer:
         )  # fmt: skip
         for trajectory, penalty in zip(trajectories, penalties.tolist()):
             trajectory.turn_rewards[-1] += penalty
-        batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        explored, bonuses = {}, []
-        if self.explorer is not None:
-            with timed(timings, "time/exploration"):
-                bonus, explored = self.exploration_bonus(batch, trajectories)
-            bonuses.append(bonus)
+        step.batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
+        batch, explored = step.batch, {}
+        bonus = self.methods.reward_bonus(step)
+        bonuses = [] if bonus is None else [bonus]
         if parallel_on(cfg.algo):
             bonus, measured = parallel_shaping(
                 trajectories, batch.group_ids, self.tokenizer, cfg.algo
@@ -437,20 +422,13 @@ class Trainer:
             else (None, None)
         )
         components = reward_components(trajectories, cfg.task.rewards)
-        a, offsets = cfg.algo, None
-        if a.repetition_penalty_delta:  # River: repeated turns' tokens get -delta advantage
-            decode = partial(self.tokenizer.decode, skip_special_tokens=True)
-            offsets, repeated = repetition_offsets(
-                trajectories, batch.turn_ids, decode, a.repetition_jaccard,
-                a.repetition_penalty_delta, a.repetition_cap,
-            )  # fmt: skip
+        step.batch = batch
+        offsets = self.methods.advantage_offsets(step)
         threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
         data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, threads, values
+            batch, baselines, segments, components, timings, offsets, threads, step.values
         )
         data.imitation = sampled.imitation
-        if offsets is not None:
-            extra["shaping/repeated_turns"] = repeated
         if cfg.rollout.dispatch_threads:
             extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
         extra.update(sampling, **explored)
@@ -472,7 +450,7 @@ class Trainer:
                 result = UpdateResult({}, skipped=0)
         with timed(timings, "time/weight_sync"):
             self.source.sync(self.model, self.state["step"] + 1)
-        if self.critic is not None and not judging:  # RFPO's critic is frozen once it judges
+        if self.critic is not None and step.values is None:  # a critic that judged stays as is
             with timed(timings, "time/critic"):
                 extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
         metrics_start = time.perf_counter()
@@ -502,46 +480,6 @@ class Trainer:
             ))  # fmt: skip
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
-
-    def critic_verdicts(self, trajectories, sampling: dict, timings: dict) -> torch.Tensor:
-        """RFPO: calibrate the critic on the first judged step, then put its verdicts in place of
-        the rewards; returns its values [B, T-1] of the batch (the advantages' baseline)."""
-        step, pad_id = self.state["step"], self.tokenizer.pad_token_id
-        if self.judge.calibration is None:
-            with timed(timings, "time/calibration"):
-                sampling.update(self.judge.calibrate(
-                    self.source.evaluator, self.components.task, self.critic,
-                    self.cfg.rollout.group_size, pad_id, step,
-                ))  # fmt: skip
-            warning = self.judge.weak_judge()
-            if warning:
-                self.display.message(f"[yellow]{warning}")
-        with timed(timings, "time/values"):
-            batch = Batch.from_trajectories(trajectories, pad_id)
-            values = self.critic.values(batch)
-        sampling.update(self.judge.judge(trajectories, values, batch.loss_mask, step))
-        return values
-
-    def exploration_bonus(
-        self, batch: Batch, trajectories: list[Trajectory]
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """RepExp: beta times each rollout's elliptical bonus within its group [B], on the
-        starting policy's representation under this step's random projection."""
-        a = self.cfg.algo
-        hidden = self.explorer.hidden_means(batch, self.cfg.train.micro_batch_size)
-        seed = step_seed(self.cfg.train.seed, self.state["step"])
-        features = hidden @ sparse_projection(hidden.shape[1], a.elliptical_dim, seed)
-        correct = torch.tensor([t.correct for t in trajectories])
-        bonus = a.elliptical_beta * elliptical_bonus(
-            features, batch.group_ids, correct, a.elliptical_lambda, a.elliptical_leave_one_out
-        )
-        groups = batch.group_ids.unique()
-        rewarded = sum(bool(correct[batch.group_ids == g].any()) for g in groups)
-        return bonus, {
-            "exploration/bonus": float(bonus.mean()),
-            "exploration/bonus_max": float(bonus.max()),
-            "exploration/groups": rewarded / len(groups),
-        }
 
     def profile(self, trajectories, data: UpdateInputs, result, timings, trained) -> dict:
         """FLOPs of each phase of this step, and the share of the machine's peak each achieved;

@@ -1,5 +1,6 @@
-"""The trainer never names an algorithm: estimators, losses, KL estimators and aggregations
-come from the registries through the config, so adding one never touches rlvr/train/."""
+"""The trainer never names an algorithm or a method: estimators, losses, KL estimators and
+aggregations come from the registries through the config, and methods act through the hooks of
+rlvr/train/hooks.py, so adding one never touches the loop."""
 
 import builtins
 import io
@@ -9,8 +10,12 @@ from pathlib import Path
 from rlvr.algos.advantages import ADVANTAGES
 from rlvr.algos.kl import KL_ESTIMATORS
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
+from rlvr.methods import METHODS
 
-TRAIN = Path(__file__).resolve().parents[2] / "rlvr" / "train"
+RLVR = Path(__file__).resolve().parents[2] / "rlvr"
+TRAIN = RLVR / "train"
+# the loop: what every run steps through, whatever its methods
+LOOP = [*sorted(TRAIN.glob("*.py")), RLVR / "rollout" / "runner.py", RLVR / "types.py"]
 
 
 def named_algorithms(source: str, names: set[str]) -> list[str]:
@@ -42,3 +47,19 @@ def test_the_check_catches_a_named_algorithm():
     assert named_algorithms('if cfg.algo.advantage == "grpo":\n    pass\n', {"grpo"}) == ['"grpo"']
     assert named_algorithms("from x import grpo\n", {"grpo"}) == ["grpo"]
     assert named_algorithms("y = x.abs()\n", {"abs"}) == []
+
+
+def test_the_loop_names_no_method_and_reads_no_method_setting():
+    names = {*METHODS, *(cls.__name__ for cls in METHODS.values())}
+    offenders = {
+        path.name: hits for path in LOOP if (hits := named_algorithms(path.read_text(), names))
+    }
+    assert not offenders, f"the loop names methods: {offenders}"
+    # the wiring (setup.py) builds the chosen methods from their settings; nothing else reads them
+    readers = [p.name for p in LOOP if p.name != "setup.py" and "cfg.methods" in p.read_text()]
+    assert not readers, f"the loop reads methods' settings: {readers}"
+
+
+def test_the_check_catches_a_named_method():
+    assert named_algorithms("from rlvr.methods.rfpo import RFPO\n", {"RFPO", "rfpo"}) == ["RFPO"]
+    assert named_algorithms('if "rfpo" in chosen:\n    pass\n', {"rfpo"}) == ['"rfpo"']

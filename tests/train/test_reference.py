@@ -3,9 +3,9 @@ import copy
 import torch
 
 from rlvr.config import LoraSettings, load_config
+from rlvr.methods.repexp import response_hidden_means
 from rlvr.models.loading import load_model
 from rlvr.models.lora import apply_lora, trainable_state_dict
-from rlvr.models.representation import response_hidden_means
 from rlvr.rewards import REWARDS
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.trainer import Trainer
@@ -82,7 +82,8 @@ def test_reference_hidden_states_are_the_starting_policys(tiny_model, tokenizer)
     ):
         reference = ReferencePolicy(policy)
         train_steps(policy, batch)
-        assert (reference.hidden_means(batch, 2) - expected).abs().max() < 1e-5
+        with reference.frozen() as start:
+            assert (response_hidden_means(start, batch, 2) - expected).abs().max() < 1e-5
         assert (response_hidden_means(policy.eval(), batch, 2) - expected).abs().max() > 1e-3
 
 

@@ -1,0 +1,137 @@
+"""The fixed points where a research method acts on the loop. The trainer calls every chosen
+method at each point, in config order, and names none of them (rlvr/methods/ holds them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from rlvr.types import Batch, Trajectory
+
+if TYPE_CHECKING:
+    from rlvr.config import Config
+    from rlvr.train.update import UpdateInputs
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Run:
+    """What a method may read, and replace, once the policy is loaded and sampling is wired."""
+
+    cfg: Config
+    model: Any
+    tokenizer: Any
+    components: Any  # train.setup.Components: a method may swap its task (River's screen)
+    source: Any  # the RolloutSource; its `evaluator` samples the policy alone
+    critic: Any  # train.critic.Critic, or None without a critic
+    say: Callable[[str], None]  # a line for the run's console
+
+
+@dataclass
+class Step:
+    """One training step as the hooks see it: what they add to `metrics` and `timings` is logged
+    with the step."""
+
+    index: int  # updates done before this step
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    batch: Batch | None = None  # the packed trajectories, once packed
+    values: torch.Tensor | None = None  # [B, T-1] critic values a method judged the batch with
+
+
+class Method:
+    """A research method: its own typed `Params` (under `methods.<name>` in the config) and the
+    hooks it overrides; every hook does nothing by default."""
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+    reads_labels: ClassVar[bool] = (
+        False  # reads the verifier's scores (a label-free run refuses it)
+    )
+
+    def __init__(self, params: BaseModel, cfg: Config):
+        self.params, self.cfg = params, cfg
+
+    @classmethod
+    def check(cls, params: BaseModel, cfg: Config, task) -> None:
+        """Raise ConfigError, naming the fix, where this run cannot use the method: its clashes
+        with other settings are declared here, by their owner, before any work."""
+
+    def setup(self, run: Run) -> None:
+        """Once, before the first step (and before a resumed run loads the method's state)."""
+
+    def after_sample(self, step: Step) -> None:
+        """The step's scored rollouts are in; nothing is packed yet."""
+
+    def rescore(self, step: Step) -> None:
+        """Replace rewards on `step.trajectories` before they are shaped and packed; a method
+        that judges with the critic leaves its values in `step.values` (and the critic, a judge
+        now, is not fitted on this step)."""
+
+    def reward_bonus(self, step: Step) -> torch.Tensor | None:
+        """[B] added to each trajectory's last turn reward, read off the packed `step.batch`."""
+        return None
+
+    def advantage_offsets(self, step: Step) -> torch.Tensor | None:
+        """[B, T-1] added to the advantages after the critic's targets are taken (shaping that
+        is no return)."""
+        return None
+
+    def update_inputs(self, step: Step, data: UpdateInputs) -> None:
+        """Add what the method trains on beside the policy loss to the update's inputs."""
+
+    def state_dict(self) -> dict | None:
+        """What a checkpoint keeps of the method (None: it keeps nothing)."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} saved state but cannot load it")
+
+
+@dataclass
+class Methods:
+    """The chosen methods by name, called together at each hook point."""
+
+    chosen: dict[str, Method] = field(default_factory=dict)
+
+    def setup(self, run: Run) -> None:
+        for method in self.chosen.values():
+            method.setup(run)
+
+    def after_sample(self, step: Step) -> None:
+        for method in self.chosen.values():
+            method.after_sample(step)
+
+    def rescore(self, step: Step) -> None:
+        for method in self.chosen.values():
+            method.rescore(step)
+
+    def reward_bonus(self, step: Step) -> torch.Tensor | None:
+        return _summed(method.reward_bonus(step) for method in self.chosen.values())
+
+    def advantage_offsets(self, step: Step) -> torch.Tensor | None:
+        return _summed(method.advantage_offsets(step) for method in self.chosen.values())
+
+    def update_inputs(self, step: Step, data: UpdateInputs) -> None:
+        for method in self.chosen.values():
+            method.update_inputs(step, data)
+
+    def state_dict(self) -> dict[str, dict]:
+        states = {name: method.state_dict() for name, method in self.chosen.items()}
+        return {name: state for name, state in states.items() if state is not None}
+
+    def load_state_dict(self, states: dict[str, dict]) -> None:
+        for name, state in states.items():
+            self.chosen[name].load_state_dict(state)
+
+
+def _summed(terms) -> torch.Tensor | None:
+    present = [t for t in terms if t is not None]
+    return sum(present[1:], present[0]) if present else None
