@@ -121,8 +121,15 @@ class ModelConfig(Section):
         ge=0,
         le=1,
         description="Tiny model only: share of warm-start demonstrations whose prompt carries "
-        "RGPO's hint, the first k of algo.rgpo_segments segments of the reply shown (k uniform "
-        "from 1 to all), so the base can read hints as a real LLM can (single-turn tasks).",
+        "a hint, the first k of model.pretrain_hint_segments segments of the reply shown (k "
+        "uniform from 1 to all), so the base can read RGPO's hints as a real LLM can "
+        "(single-turn tasks).",
+    )
+    pretrain_hint_segments: int = Field(
+        4,
+        ge=1,
+        description="model.pretrain_hint_share: the segments a warm-start reply is cut into for "
+        "its hint (methods.rgpo.segments when both are set).",
     )
     lora: LoraSettings = Field(
         default_factory=LoraSettings,
@@ -580,20 +587,6 @@ class AlgoConfig(Section):
         "task's domain names) gains algo.teacher_coef * (log pi_teacher - log pi_policy); "
         "samples of other domains gain nothing. Instead of algo.teacher.",
     )
-    rgpo_segments: int = Field(
-        0,
-        ge=0,
-        description="RGPO: cut each problem's reference rationale (the task's demonstration; a "
-        "JSONL file's solution_field) into this many segments. A problem whose group has no "
-        "correct rollout gets one more segment of hint (one fewer once solved) and group_size "
-        "re-rollouts with its hint appended to the prompt; 0 disables (single-turn tasks).",
-    )
-    rgpo_sft_coef: float = Field(
-        0.001,
-        ge=0,
-        description="RGPO: weight of the NLL of each hinted reply that beats every unhinted "
-        "rollout of its problem, taught on the prompt without the hint (the paper: 0.001).",
-    )
     tis: Literal["off", "token", "sequence", "sequence_mask"] = Field(
         "off",
         description="Truncated importance sampling against rollout/training mismatch: weigh each "
@@ -1042,13 +1035,13 @@ class Config(Section):
                 "rollout.tree_width=0 and rollout.partial_tokens=0 (or no rollout.branch_model)"
             )
         if r.dispatch_threads and (
-            d.backend == "ray" or r.tree_width or r.branch_model or a.rgpo_segments
+            d.backend == "ray" or r.tree_width or r.branch_model
             or a.teacher or a.domain_teachers or self.debate.rounds >= 2
         ):  # fmt: skip
             raise ValueError(
                 "rollout.dispatch_threads runs Parason's threads in the in-process rollout, as "
                 "single replies each scored whole; it does not combine with Ray workers, tree "
-                "rollouts, W2SPO branches, RGPO hints, teachers or a debate. Fix: drop those, or "
+                "rollouts, W2SPO branches, teachers or a debate. Fix: drop those, or "
                 "rollout.dispatch_threads=false"
             )
         if r.partial_tokens and not r.max_staleness:
@@ -1086,12 +1079,6 @@ class Config(Section):
             raise ValueError(
                 "algo.teacher_ref is the teacher before its RL run, but algo.teacher is not set; "
                 "fix: algo.teacher=<the teacher after RL>, or drop algo.teacher_ref"
-            )
-        if self.model.pretrain_hint_share and not a.rgpo_segments:
-            raise ValueError(
-                "model.pretrain_hint_share hints warm-start prompts with segments of their reply, "
-                "and algo.rgpo_segments (0 here) sets how many; fix: set algo.rgpo_segments, or "
-                "model.pretrain_hint_share=0"
             )
         if r.max_staleness and a.dynamic_sampling:
             raise ValueError(
@@ -1292,6 +1279,8 @@ RENAMED = {
     "algo.rfpo_label_steps": "methods.rfpo.label_steps",
     "algo.rfpo_label_share": "methods.rfpo.label_share",
     "algo.rfpo_calibration_rollouts": "methods.rfpo.calibration_rollouts",
+    "algo.rgpo_segments": "methods.rgpo.segments",
+    "algo.rgpo_sft_coef": "methods.rgpo.sft_coef",
 }
 
 

@@ -1,7 +1,7 @@
 """RGPO (arXiv 2610.07342) against plain GRPO on the default task: same warm start, budget and
 seeds; do hinted re-rollouts of failed groups raise unhinted accuracy?
 
-Both arms use examples/recipes/rgpo.toml's settings; GRPO sets algo.rgpo_segments=0.
+Both arms use examples/recipes/rgpo.toml's settings; GRPO turns it off (methods.rgpo=null).
 
 Prints one JSON object: per arm and seed, held-out greedy accuracy and pass@1 along the run
 (never hinted), the share of groups hinted and rescued, the hinted re-rollouts' accuracy beside
@@ -19,7 +19,7 @@ from pathlib import Path
 from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "rgpo.toml"
-ARMS = {"grpo": ["algo.rgpo_segments=0"], "rgpo": []}
+ARMS = {"grpo": ["methods.rgpo=null"], "rgpo": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:

@@ -5,7 +5,7 @@ The target_string toy ("hello"). The warm start shows the target in 1% of its de
 (the rest are random strings) and carries RGPO's hint on most of its prompts
 (`model.pretrain_hint_share`: the first 1 or 2 of 2 segments of the reply shown), so the base
 learns to read a hint the way a real LLM can. The rationale is the target itself, cut into
-"hel" + "lo". Arms share the warm start, budget and seeds: GRPO (algo.rgpo_segments=0) and RGPO
+"hel" + "lo". Arms share the warm start, budget and seeds: GRPO (no methods.rgpo) and RGPO
 at the paper's imitation weight and at larger ones.
 
 Prints one JSON object: the base's success rate unhinted, with half the rationale and with all
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
-from rlvr.rollout.guidance import hinted, rationale_segments
+from rlvr.tasks.hints import hinted, rationale_segments
 from rlvr.train.setup import build_task
 
 from runs import report, run_all, sample_texts, train_arm, warm_start
@@ -31,7 +31,7 @@ from runs import report, run_all, sample_texts, train_arm, warm_start
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "target_string.toml"
 TARGET, SEGMENTS, K = "hello", 2, 8
 TASK = [
-    f"task.target={TARGET}", f"algo.rgpo_segments={SEGMENTS}", "model.pretrain_flawed_share=0.99",
+    f"task.target={TARGET}", f"model.pretrain_hint_segments={SEGMENTS}", "model.pretrain_flawed_share=0.99",
     "model.pretrain_hint_share=0.9",
 ]  # fmt: skip
 
@@ -52,9 +52,12 @@ def base_success(args) -> dict:
 
 
 def run_arm(sft_coef: float | None, seed: int, args, run_dir: str, model: str) -> dict:
-    method = ["algo.rgpo_segments=0"] if sft_coef is None else [f"algo.rgpo_sft_coef={sft_coef}"]
+    method = (
+        [] if sft_coef is None
+        else [f"methods.rgpo.segments={SEGMENTS}", f"methods.rgpo.sft_coef={sft_coef}"]
+    )  # fmt: skip
     arm = train_arm(RECIPE, [
-        f"task.target={TARGET}", f"algo.rgpo_segments={SEGMENTS}", f"model.name={model}", *method,
+        f"task.target={TARGET}", f"model.name={model}", *method,
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
     ], run_dir, f"{sft_coef}-{seed}")  # fmt: skip
     return {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlvr.config import Config
 from rlvr.methods.repexp import RepExp
 from rlvr.methods.rfpo import RFPO
+from rlvr.methods.rgpo import RGPO
 from rlvr.methods.river import River
 from rlvr.registry import lookup
 from rlvr.train.hooks import Method, Methods
@@ -29,5 +30,6 @@ def build_methods(cfg: Config, task) -> Methods:
 METHODS: dict[str, type[Method]] = {
     "repexp": RepExp,
     "rfpo": RFPO,
+    "rgpo": RGPO,
     "river": River,
 }

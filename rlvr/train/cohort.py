@@ -85,7 +85,6 @@ def check_cohort(cfg: Config) -> None:
     label_readers = {
         "task.rewards": bool(cfg.task.rewards),
         "algo.dynamic_sampling": a.dynamic_sampling,
-        "algo.rgpo_segments": bool(a.rgpo_segments),
         f"algo.advantage = '{a.advantage}'": "baseline_rewards" in components.requires,
         **{f"methods.{n}": m.reads_labels for n, m in components.methods.chosen.items()},
     }

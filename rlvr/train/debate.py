@@ -17,6 +17,7 @@ from rlvr.rewards.peer import ANSWER_KEYS, answer_reader
 from rlvr.rollout.critique import critic_problem, shown_text
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
+from rlvr.train.hooks import Method
 from rlvr.train.setup import build_components
 from rlvr.train.trainer import Sampled, Trainer
 from rlvr.types import Problem, Trajectory
@@ -78,7 +79,10 @@ def check_debate(cfg: Config, generator: Config, critic: Config) -> None:
     fixes.update(
         {  # the critic samples through the debate, not Trainer.rollout, which runs these
             "a critic without algo.dynamic_sampling": not c.algo.dynamic_sampling,
-            "a critic without algo.rgpo_segments": not c.algo.rgpo_segments,
+            "a critic without methods that act after sampling": not any(
+                type(m).after_sample is not Method.after_sample
+                for m in build_components(c).methods.chosen.values()
+            ),
             "a critic without rollout.tree_width": not c.rollout.tree_width,
             "a critic without rollout.branch_model": not c.rollout.branch_model,
         }
@@ -208,7 +212,7 @@ class Debate(TrainerGroup):
             "time/generate": critic.source.runner.timings.get("generate", 0.0),
             "time/rollout": time.perf_counter() - start,
         }
-        return Sampled(trajectories, baselines, {}, None, timings), metrics
+        return Sampled(trajectories, baselines, {}, timings), metrics
 
     def evaluate(self) -> dict[str, float]:
         """The debate on the held-out problems: `shown` generator samples (at the run's

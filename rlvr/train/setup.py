@@ -157,12 +157,6 @@ def build_components(cfg: Config) -> Components:
             f"task '{cfg.task.name}' scores its episodes in its own environment, so "
             "task.rewards does not apply to it. Fix: remove task.rewards."
         )
-    if cfg.algo.rgpo_segments and not isinstance(task.demonstration(task.train_problem(0)), str):
-        raise ConfigError(
-            f"algo.rgpo_segments: task '{cfg.task.name}' is multi-turn (its demonstrations are "
-            "conversations), and RGPO hints single-turn prompts. Fix: algo.rgpo_segments=0, "
-            "or a single-turn task"
-        )
     if "solution_prefix" in cfg.task.rewards and "solution" not in task.train_problem(0).metadata:
         raise ConfigError(
             f"task.rewards: solution_prefix scores replies against a worked solution, and task "

@@ -31,7 +31,6 @@ from rlvr.models.lora import (
 )
 from rlvr.models.probe import LayerFeatures, Probe
 from rlvr.rollout.branching import branch_metrics
-from rlvr.rollout.guidance import Guidance, guided_step
 from rlvr.rollout.tree import segment_tensors
 from rlvr.rollout.weight_noise import WeightNoise
 from rlvr.train.canary import HackingMonitor
@@ -76,7 +75,6 @@ from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start
 from rlvr.types import Batch, Trajectory
 
 TRAIN_STREAM = 0
-GUIDED_STREAM = 3  # RGPO's hinted re-rollouts (eval samples on 1, the River screen on 2)
 
 
 def seed_everything(seed: int) -> None:
@@ -134,7 +132,6 @@ class Sampled:
     # greedy-baseline reward per sample, when the estimator reads one
     baselines: torch.Tensor | None
     metrics: dict[str, float]  # sampling metrics, logged with the step
-    imitation: Batch | None  # RGPO's rescued answers, to imitate under the unhinted prompt
     timings: dict[str, float]
 
 
@@ -177,7 +174,6 @@ class Trainer:
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
         self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
-        self.guidance = Guidance(a.rgpo_segments) if a.rgpo_segments else None
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
@@ -295,8 +291,6 @@ class Trainer:
             self.critic.load_state_dict(state.pop("critic"))
         if self.probe is not None:
             self.probe.load_state_dict(state.pop("probe"))
-        if self.guidance is not None:
-            self.guidance.load_state_dict(state.pop("guidance"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -325,8 +319,6 @@ class Trainer:
             state["critic"] = self.critic.state_dict()
         if self.probe is not None:
             state["probe"] = self.probe.state_dict()
-        if self.guidance is not None:
-            state["guidance"] = self.guidance.state_dict()
         state["methods"] = self.methods.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         state["monitors"] = self.monitors.state_dict()
@@ -366,18 +358,11 @@ class Trainer:
             sampling.update(branch_metrics(trajectories))
         if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
             sampling.update(self.components.task.observe(trajectories))
-        imitation = None
-        if self.guidance is not None and trajectories:  # RGPO: hinted re-rollouts to imitate
-            imitation, guided = guided_step(
-                self.guidance, self.components.task, self.source.evaluator, trajectories,
-                cfg.rollout.group_size, (cfg.train.seed, GUIDED_STREAM, self.state["step"]),
-                self.tokenizer.pad_token_id,
-            )  # fmt: skip
-            sampling.update(guided)
+        self.methods.after_sample(Step(self.state["step"], trajectories, sampling, timings))
         timings["time/rollout"] = (
             time.perf_counter() - start - timings.get("time/baseline_rollout", 0)
         )
-        return Sampled(trajectories, baselines, sampling, imitation, timings)
+        return Sampled(trajectories, baselines, sampling, timings)
 
     def learn(self, sampled: Sampled) -> dict[str, float]:
         """Shape the rewards, compute advantages and update the policy on `sampled`."""
@@ -428,7 +413,7 @@ class Trainer:
         data, extra = self.prepare_update(
             batch, baselines, segments, components, timings, offsets, threads, step.values
         )
-        data.imitation = sampled.imitation
+        self.methods.update_inputs(step, data)
         if cfg.rollout.dispatch_threads:
             extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
         extra.update(sampling, **explored)

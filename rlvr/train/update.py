@@ -147,6 +147,16 @@ def expected_implicit_reward(
 
 
 @dataclass
+class Imitation:
+    """Rows to imitate beside the policy loss: `coef` times the mean NLL of their reply tokens
+    (loss_mask), each optimizer step taking its share of them in a fixed order."""
+
+    batch: Batch
+    coef: float
+    metric: str  # the name its NLL is logged under
+
+
+@dataclass
 class UpdateInputs:
     batch: Batch
     advantages: torch.Tensor  # [B, T-1]
@@ -155,8 +165,7 @@ class UpdateInputs:
     kl_coef: float = 0.0
     values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
     returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
-    # RGPO: replies to imitate (their loss_mask marks the reply), on the prompts without hints
-    imitation: Batch | None = None
+    imitation: Imitation | None = None  # a method's supervised term (RGPO's rescued replies)
     teacher_top_k: TeacherTopK | None = None
     teacher_coef: float = 0.0
     ref_normaliser: torch.Tensor | None = None  # [B, T-1] the reference's logsumexp (soft_q)
@@ -251,15 +260,15 @@ def imitation_backward(
     model, data: UpdateInputs, part: torch.Tensor, cfg: Config, parallel: DataParallel
 ) -> dict[str, float]:
     """Accumulate the gradient of the imitation term over rows `part` of data.imitation."""
-    batch = data.imitation
+    batch, coef = data.imitation.batch, data.imitation.coef
     num_tokens, nll = float(batch.loss_mask[part].sum()), 0.0
     lengths = batch.attention_mask.sum(-1)
     for rows, counted in parallel.micro_batches(part, cfg.train.micro_batch_size, lengths):
         with autocast(cfg.train.autocast, model.device):
-            loss, value = imitation_loss(model, batch, rows, num_tokens, cfg.algo.rgpo_sft_coef)
+            loss, value = imitation_loss(model, batch, rows, num_tokens, coef)
         (loss if counted else 0.0 * loss).backward()
         nll += value if counted else 0.0
-    return {"rgpo/imitation_nll": nll}
+    return {data.imitation.metric: nll}
 
 
 def policy_update(
@@ -290,9 +299,9 @@ def policy_update(
     share = cfg.train.share_prompt and not parallel.sharded and data.teacher_top_k is None
     prompts = batch_prompts(batch, share)
     units = None if prompts is None else prompts.unit
-    # each optimizer step also imitates its share of RGPO's kept revisions, in a fixed order
+    # each optimizer step also imitates its share of the imitation rows, in a fixed order
     imitate = (
-        torch.arange(len(data.imitation)).tensor_split(algo.minibatches)
+        torch.arange(len(data.imitation.batch)).tensor_split(algo.minibatches)
         if data.imitation is not None
         else [torch.arange(0)] * algo.minibatches
     )

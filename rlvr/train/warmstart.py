@@ -23,11 +23,11 @@ from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.registry import lookup
 from rlvr.rewards.peer import answer_reader
 from rlvr.rollout.critique import critic_problem, shown_text
-from rlvr.rollout.guidance import hinted, rationale_segments
 from rlvr.rollout.parallel import blind_threads
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
+from rlvr.tasks.hints import hinted, rationale_segments
 
 COMPLETE = "COMPLETE"
 WARM_START_LOG = "warm_start.json"  # what supervised_train returned, beside the weights
@@ -65,7 +65,7 @@ def warm_start_key(cfg: Config, task: Task) -> str:
         "seed": cfg.train.seed,
     }
     if m.pretrain_hint_share:  # only when set, so every other warm start keeps its key
-        settings["hints"] = [m.pretrain_hint_share, cfg.algo.rgpo_segments]
+        settings["hints"] = [m.pretrain_hint_share, m.pretrain_hint_segments]
     if cfg.debate.rounds:
         settings["debate"] = [cfg.debate.shown, cfg.debate.show, CRITIQUE_SHARE]
     # What the demonstrations look like: a new release that changes how a task writes them (its
@@ -264,7 +264,7 @@ def supervised_train(model, tokenizer, task: Task, cfg: Config, on_step=None) ->
         for _ in range(pretrain_batch_size(cfg, task)):
             index = rng.randrange(held, task.train_size) if held else rng.randrange(10**9)
             flawed = rng.random() < m.pretrain_flawed_share
-            hint = draw_hint(rng, m.pretrain_hint_share, cfg.algo.rgpo_segments)
+            hint = draw_hint(rng, m.pretrain_hint_share, m.pretrain_hint_segments)
             critique = draw_critique(rng, task, index, cfg)
             examples += sft_examples(tokenizer, task, index, flawed, hint, critique)
         optimizer.zero_grad(set_to_none=True)

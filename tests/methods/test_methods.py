@@ -40,9 +40,9 @@ def test_a_plugin_method_with_its_own_params_trains_the_default_task(plugin, fas
     trainer, paid = first_step(fast_overrides, {plugin: {"size": 0.5}})
     # the same samples (same seeds), one reply in 4 paid 0.5: the bonus reached the rewards
     assert paid["reward"] == pytest.approx(plain["reward"] + 0.5 / 4, abs=1e-6)
-    assert paid["first/paid"] == 16.0  # rollout.batch_size replies
+    assert paid["first/paid"] == 4.0  # one reply of each of the 16 / 4 groups
     assert paid["grad_norm"] != plain["grad_norm"]  # and the advantages the update took
-    assert trainer.methods.state_dict() == {plugin: {"paid": 16}}
+    assert trainer.methods.state_dict() == {plugin: {"paid": 4}}
 
 
 def test_a_method_state_rides_in_the_checkpoint(plugin, fast_overrides, tmp_path):
@@ -52,7 +52,7 @@ def test_a_method_state_rides_in_the_checkpoint(plugin, fast_overrides, tmp_path
     trainer.run()
     resumed = Trainer(cfg, resume=trainer.run_dir.path, resume_step=1)
     try:
-        assert resumed.methods.chosen[plugin].paid == 16  # as saved after step 1, not 0
+        assert resumed.methods.chosen[plugin].paid == 4  # as saved after step 1, not 0 or 8
     finally:
         resumed.close()
 

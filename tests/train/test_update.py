@@ -6,7 +6,7 @@ import torch
 
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import load_config
-from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
+from rlvr.train.update import Imitation, UpdateInputs, batch_logprobs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
 
@@ -263,17 +263,18 @@ def test_bf16_autocast_keeps_the_update_close_to_float32_but_runs_in_bf16(tiny_m
 
 
 def test_imitation_adds_its_coef_times_the_mean_reply_nll_to_the_step(tiny_model, tokenizer):
-    # RGPO's term alone (zero advantages): its gradient, over two micro-batches of 4 and 2 rows,
+    # the imitation term alone (zero advantages): its gradient, over two micro-batches of 4 and 2 rows,
     # must be that of coef x the mean NLL of every reply token computed in one plain forward
     cfg = load_config(None, [
         "train.micro_batch_size=4", "algo.minibatches=1", "rollout.batch_size=8",
-        "rollout.group_size=4", "algo.rgpo_sft_coef=0.5", "train.max_grad_norm=1e9",
+        "rollout.group_size=4", "train.max_grad_norm=1e9",
     ])  # fmt: skip
     batch, imitation = random_batch(tokenizer), random_batch(tokenizer, size=6, seed=1)
     model = copy.deepcopy(tiny_model).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    data = UpdateInputs(batch, torch.zeros_like(batch.loss_mask), None, None, imitation=imitation)
+    term = Imitation(imitation, 0.5, "imitation_nll")
+    data = UpdateInputs(batch, torch.zeros_like(batch.loss_mask), None, None, imitation=term)
     result = policy_update(
         model, optimizer, scheduler, data, cfg, ppo_clip, None, torch.Generator().manual_seed(0)
     )
@@ -283,7 +284,7 @@ def test_imitation_adds_its_coef_times_the_mean_reply_nll_to_the_step(tiny_model
     chosen = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     nll = -(chosen * mask).sum() / mask.sum()
     (0.5 * nll).backward()
-    assert result.metrics["rgpo/imitation_nll"] == pytest.approx(nll.item(), rel=1e-5)
+    assert result.metrics["imitation_nll"] == pytest.approx(nll.item(), rel=1e-5)
     got = flat(p.grad for p in model.parameters())
     want = flat(p.grad for p in reference.parameters())
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)

@@ -1,36 +1,39 @@
-"""RGPO's rationale guidance (arXiv 2610.07342): a per-problem hint level over the segments of its
-reference rationale, hinted prompts for failed groups, and the revised rollouts worth imitating."""
+"""RGPO (arXiv 2610.07342): a problem whose group has no correct rollout gets a hint, the first
+segments of its reference rationale, and group_size re-rollouts with it; each revised reply that
+beats every unhinted rollout of its problem is imitated on the prompt without the hint."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
-import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from rlvr.config import ConfigError
+from rlvr.tasks.hints import hinted, rationale_segments
+from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.update import Imitation, UpdateInputs
 from rlvr.types import Batch, Problem, Trajectory
 
-
-def rationale_segments(rationale: str, count: int) -> list[str]:
-    """`rationale` cut into `count` consecutive pieces that join back to it: whole lines where it
-    has enough of them, else whole words, else characters (some pieces may be empty then)."""
-    units = rationale.splitlines(keepends=True)
-    if len(units) < count:
-        units = re.split(r"(?<=\s)(?=\S)", rationale)  # each word with the space after it
-    if len(units) < count:
-        units = list(rationale)
-    return ["".join(part) for part in np.array_split(np.array(units, dtype=object), count)]
+GUIDED_STREAM = 3  # sampling seeds of the hinted re-rollouts (eval samples on 1, River's on 2)
 
 
-def hinted(problem: Problem, hint: str) -> Problem:
-    """The problem with `hint` appended to its last user message; answer and id unchanged, so the
-    same verifier scores the revised reply."""
-    if isinstance(problem.prompt, str):
-        return replace(problem, prompt=f"{problem.prompt}\n\nHint: {hint}")
-    messages = problem.messages()
-    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    messages[last] = dict(messages[last], content=f"{messages[last]['content']}\n\nHint: {hint}")
-    return replace(problem, prompt=messages)
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    segments: int = Field(
+        4,
+        ge=1,
+        description="Cut each problem's reference rationale (the task's demonstration; a JSONL "
+        "file's solution_field) into this many segments. A problem whose group has no correct "
+        "rollout gets one more segment of hint (one fewer once solved) and group_size "
+        "re-rollouts with its hint appended to the prompt (single-turn tasks).",
+    )
+    sft_coef: float = Field(
+        0.001,
+        ge=0,
+        description="Weight of the NLL of each hinted reply that beats every unhinted rollout of "
+        "its problem, taught on the prompt without the hint (the paper: 0.001).",
+    )
 
 
 def kept_revisions(
@@ -136,3 +139,60 @@ def guided_step(
         return None, metrics
     rebased = [on_original_prompt(r, u) for r, u in kept]
     return Batch.from_trajectories(rebased, pad_id), metrics
+
+
+class RGPO(Method):
+    """RGPO (arXiv 2610.07342): hinted re-rollouts for failed groups, and the rescued replies
+    imitated on the unhinted prompt."""
+
+    Params = Params
+    reads_labels = True  # a group is hinted when the verifier finds no right answer in it
+
+    @classmethod
+    def check(cls, params: Params, cfg, task) -> None:
+        if not isinstance(task.demonstration(task.train_problem(0)), str):
+            raise ConfigError(
+                f"methods.rgpo: task '{cfg.task.name}' is multi-turn (its demonstrations are "
+                "conversations), and RGPO hints single-turn prompts. Fix: a single-turn task, or "
+                "drop methods.rgpo"
+            )
+        if cfg.rollout.dispatch_threads:
+            raise ConfigError(
+                "methods.rgpo hints prompts that rollout.dispatch_threads would split into "
+                "Parason's threads; fix: drop one of them"
+            )
+        m = cfg.model
+        if m.pretrain_hint_share and m.pretrain_hint_segments != params.segments:
+            raise ConfigError(
+                f"the warm start hints with model.pretrain_hint_segments = "
+                f"{m.pretrain_hint_segments} segments and methods.rgpo with {params.segments}; "
+                f"fix: model.pretrain_hint_segments={params.segments}"
+            )
+
+    def setup(self, run: Run) -> None:
+        self.run = run
+        self.guidance = Guidance(self.params.segments)
+        self.imitation: Batch | None = None
+
+    def after_sample(self, step: Step) -> None:
+        run = self.run
+        self.imitation = None
+        if not step.trajectories:
+            return
+        self.imitation, metrics = guided_step(
+            self.guidance, run.components.task, run.source.evaluator, step.trajectories,
+            run.cfg.rollout.group_size, (run.cfg.train.seed, GUIDED_STREAM, step.index),
+            run.tokenizer.pad_token_id,
+        )  # fmt: skip
+        step.metrics.update(metrics)
+
+    def update_inputs(self, step: Step, data: UpdateInputs) -> None:
+        if self.imitation is not None:
+            data.imitation = Imitation(self.imitation, self.params.sft_coef, "rgpo/imitation_nll")
+        self.imitation = None
+
+    def state_dict(self) -> dict:
+        return self.guidance.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.guidance.load_state_dict(state)
