@@ -661,32 +661,6 @@ class AlgoConfig(Section):
         5.0, gt=0, description="dis: tokens with ratio >= 1 + dis_clip_high get no gradient."
     )
     pass_k: int = Field(4, gt=0, description="passk: the k whose pass@k the advantages optimise.")
-    poise_layer: int = Field(
-        -1,
-        ge=-1,
-        description="poise: decoder layer whose output hidden states feed the probe (0 = the first "
-        "layer); -1 = the middle one, num_layers // 2 (the paper's layer 19 of 36 on Qwen3-4B).",
-    )
-    poise_bootstrap_steps: int = Field(
-        16,
-        ge=0,
-        description="poise: first RL steps that use the rloo baseline while the probe collects "
-        "data (it is also rloo for a domain whose probe is not fitted yet).",
-    )
-    poise_buffer: int = Field(
-        2048,
-        gt=0,
-        description="poise: the most recent rollouts per problem domain the probe is refitted on.",
-    )
-    poise_ridge_alpha: float = Field(
-        100.0, gt=0, description="poise: L2 strength of the probe's ridge regression."
-    )
-    poise_prompt_dims: int = Field(
-        32, gt=0, description="poise: PCA dimensions of the prompt hidden-state feature."
-    )
-    poise_response_dims: int = Field(
-        64, gt=0, description="poise: PCA dimensions of the response hidden-state feature."
-    )
     loss_norm_tokens: int | None = Field(
         None,
         gt=0,
@@ -1281,6 +1255,17 @@ RENAMED = {
     "algo.rfpo_calibration_rollouts": "methods.rfpo.calibration_rollouts",
     "algo.rgpo_segments": "methods.rgpo.segments",
     "algo.rgpo_sft_coef": "methods.rgpo.sft_coef",
+    **{
+        f"algo.poise_{k}": f"methods.poise.{k}"
+        for k in (
+            "layer",
+            "bootstrap_steps",
+            "buffer",
+            "ridge_alpha",
+            "prompt_dims",
+            "response_dims",
+        )
+    },  # fmt: skip
 }
 
 

@@ -37,7 +37,7 @@ EXTRA = {
         "methods.rfpo.calibration_rollouts=8",
         "algo.critic_warmup_steps=0",
     ],  # fmt: skip
-    "poise.toml": ["algo.poise_bootstrap_steps=1"],
+    "poise.toml": ["methods.poise.bootstrap_steps=1"],
     "river.toml": ["methods.river.pool=32"],
 }
 

@@ -23,14 +23,14 @@ from pathlib import Path
 from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "poise.toml"
-ARMS = {"rloo": ["algo.advantage=rloo"], "poise": []}
+ARMS = {"rloo": ["algo.advantage=rloo", "methods.poise=null"], "poise": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
     arm = train_arm(RECIPE, [
         f"model.name={model}", *ARMS[name],
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
-        f"algo.poise_bootstrap_steps={args.bootstrap}", f"rollout.batch_size={args.batch_size}",
+        f"methods.poise.bootstrap_steps={args.bootstrap}", f"rollout.batch_size={args.batch_size}",
     ], run_dir, f"{name}-{seed}")  # fmt: skip
     probed = [r for r in arm.records if r.get("poise/fitted") == 1.0]  # after the bootstrap
 

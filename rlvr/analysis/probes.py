@@ -6,11 +6,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlvr.models.probe import last_mean
 from rlvr.types import Batch, Trajectory
 
 ROWS_PER_PASS = 32  # bounds the hidden states of one forward pass
 FOLDS = 5
+
+
+LAST_TOKENS = 10  # POISE's features: the mean hidden state of the last 10 prompt / reply tokens
+
+
+def last_mean(hidden: torch.Tensor, mask: torch.Tensor, k: int = LAST_TOKENS) -> torch.Tensor:
+    """[B, H]: the mean of hidden [B, T, H] over the last k positions of each row where mask
+    [B, T] (bool) holds (fewer when fewer hold; 0 when none does)."""
+    from_end = mask.flip(-1).long().cumsum(-1).flip(-1)  # masked positions at or after t
+    keep = (mask & (from_end <= k)).to(hidden.dtype)
+    return (hidden * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
 
 
 @torch.no_grad()

@@ -4,6 +4,7 @@ rlvr/train/hooks.py: `METHODS` maps a name under `methods.<name>` in the config 
 from __future__ import annotations
 
 from rlvr.config import Config
+from rlvr.methods.poise import POISE
 from rlvr.methods.repexp import RepExp
 from rlvr.methods.rfpo import RFPO
 from rlvr.methods.rgpo import RGPO
@@ -28,6 +29,7 @@ def build_methods(cfg: Config, task) -> Methods:
 
 
 METHODS: dict[str, type[Method]] = {
+    "poise": POISE,
     "repexp": RepExp,
     "rfpo": RFPO,
     "rgpo": RGPO,

@@ -4,8 +4,9 @@ method at each point, in config order, and names none of them (rlvr/methods/ hol
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from rlvr.types import Batch, Trajectory
 
 if TYPE_CHECKING:
+    from rlvr.algos.advantages import AdvInputs
     from rlvr.config import Config
     from rlvr.train.update import UpdateInputs
 
@@ -47,14 +49,24 @@ class Step:
     values: torch.Tensor | None = None  # [B, T-1] critic values a method judged the batch with
 
 
+class PassObserver(Protocol):
+    """Reads the old-logprob pass (no grad, each row whole), micro-batch by micro-batch."""
+
+    def capture(self) -> AbstractContextManager:
+        """Within: the model's forwards are watched (e.g. a hook on one layer)."""
+
+    def add(self, rows, attention, loss_mask, entropy) -> None:
+        """What the last forward, of exactly `rows`, showed: attention [R, W], and loss_mask and
+        each position's entropy [R, W-1]."""
+
+
 class Method:
     """A research method: its own typed `Params` (under `methods.<name>` in the config) and the
     hooks it overrides; every hook does nothing by default."""
 
     Params: ClassVar[type[BaseModel]] = NoParams
-    reads_labels: ClassVar[bool] = (
-        False  # reads the verifier's scores (a label-free run refuses it)
-    )
+    reads_labels: ClassVar[bool] = False  # reads the verifier's scores: a label-free run refuses
+    provides: ClassVar[frozenset[str]] = frozenset()  # optional AdvInputs fields it fills
 
     def __init__(self, params: BaseModel, cfg: Config):
         self.params, self.cfg = params, cfg
@@ -83,6 +95,16 @@ class Method:
         """[B, T-1] added to the advantages after the critic's targets are taken (shaping that
         is no return)."""
         return None
+
+    def old_pass(self, step: Step) -> PassObserver | None:
+        """An observer of the old policy's logprob pass over `step.batch`, which then runs."""
+        return None
+
+    def advantage_inputs(self, step: Step, inputs: AdvInputs) -> None:
+        """Fill the AdvInputs fields the method `provides`, before the estimator runs."""
+
+    def after_advantages(self, step: Step, inputs: AdvInputs) -> None:
+        """The advantages are taken: what depended on not having seen this batch may see it."""
 
     def update_inputs(self, step: Step, data: UpdateInputs) -> None:
         """Add what the method trains on beside the policy loss to the update's inputs."""
@@ -118,6 +140,22 @@ class Methods:
 
     def advantage_offsets(self, step: Step) -> torch.Tensor | None:
         return _summed(method.advantage_offsets(step) for method in self.chosen.values())
+
+    def provides(self) -> frozenset[str]:
+        """The AdvInputs fields the chosen methods fill."""
+        return frozenset().union(*(method.provides for method in self.chosen.values()))
+
+    def old_pass(self, step: Step) -> list[PassObserver]:
+        observers = (method.old_pass(step) for method in self.chosen.values())
+        return [observer for observer in observers if observer is not None]
+
+    def advantage_inputs(self, step: Step, inputs: AdvInputs) -> None:
+        for method in self.chosen.values():
+            method.advantage_inputs(step, inputs)
+
+    def after_advantages(self, step: Step, inputs: AdvInputs) -> None:
+        for method in self.chosen.values():
+            method.after_advantages(step, inputs)
 
     def update_inputs(self, step: Step, data: UpdateInputs) -> None:
         for method in self.chosen.values():

@@ -54,7 +54,6 @@ PRODUCED_FIELDS = {
     "sum_pi_squared",
     "reward_components",
     "reward_weights",
-    "probe_predictions",
     "soft_values",
     "soft_q_values",
     "target_ids",
@@ -195,13 +194,18 @@ def build_components(cfg: Config) -> Components:
             f"Fix: rollout.group_size=8 (and keep rollout.batch_size a multiple of it)."
         )
     requires = frozenset(getattr(advantage, "requires", ()))
-    missing = requires - PRODUCED_FIELDS
+    # Imported here: a method may use this module's runners (River's screen), so methods sit above it.
+    from rlvr.methods import METHODS, build_methods
+
+    methods = build_methods(cfg, task)
+    missing = requires - PRODUCED_FIELDS - methods.provides()
     if missing:
+        owners = [f"methods.{n}={{}}" for n, m in METHODS.items() if missing & m.provides]
         raise ConfigError(
-            f"algo.advantage = '{cfg.algo.advantage}' needs {', '.join(sorted(missing))}, which the "
-            "trainer does not produce yet (critic values arrive with train/critic.py). "
-            "Fix: choose another estimator."
-        )
+            f"algo.advantage = '{cfg.algo.advantage}' needs {', '.join(sorted(missing))}, which "
+            + (f"a method fills. Fix: add {' or '.join(owners)}" if owners else
+               "neither the trainer nor a method fills. Fix: choose another estimator.")
+        )  # fmt: skip
     trees = "segment_advantages" in requires
     if trees != (cfg.rollout.tree_width > 0):
         raise ConfigError(
@@ -244,10 +248,6 @@ def build_components(cfg: Config) -> Components:
         if cfg.algo.kl_coef > 0 or any(cfg.algo.teacher_kl_coefs)
         else None
     )
-    # Imported here: a method may use this module's runners (River's screen), so methods sit above it.
-    from rlvr.methods import build_methods
-
-    methods = build_methods(cfg, task)
     return Components(task, reward, verifier, advantage, loss, kl, requires, minimum, methods)
 
 

@@ -29,7 +29,6 @@ from rlvr.models.lora import (
     is_lora,
     save_final,
 )
-from rlvr.models.probe import LayerFeatures, Probe
 from rlvr.rollout.branching import branch_metrics
 from rlvr.rollout.tree import segment_tensors
 from rlvr.rollout.weight_noise import WeightNoise
@@ -173,7 +172,6 @@ class Trainer:
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
-        self.probe = Probe(a) if "probe_predictions" in self.components.requires else None
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
@@ -289,8 +287,6 @@ class Trainer:
             self.components.task.load_state_dict(state.pop("task"))
         if self.critic is not None:
             self.critic.load_state_dict(state.pop("critic"))
-        if self.probe is not None:
-            self.probe.load_state_dict(state.pop("probe"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -317,8 +313,6 @@ class Trainer:
         )  # batches sampled ahead (rollout.max_staleness)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
-        if self.probe is not None:
-            state["probe"] = self.probe.state_dict()
         state["methods"] = self.methods.state_dict()
         state["reward_baseline"] = self.reward_baseline.state_dict()
         state["monitors"] = self.monitors.state_dict()
@@ -411,7 +405,7 @@ class Trainer:
         offsets = self.methods.advantage_offsets(step)
         threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
         data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, threads, step.values
+            batch, baselines, segments, components, timings, offsets, threads, step
         )
         self.methods.update_inputs(step, data)
         if cfg.rollout.dispatch_threads:
@@ -576,13 +570,15 @@ class Trainer:
         timings: dict[str, float],
         advantage_offsets: torch.Tensor | None = None,
         threads: tuple[Batch, torch.Tensor] | None = None,
-        values: torch.Tensor | None = None,
+        step: Step | None = None,
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
         `threads` is `batch` with Parason's thread rows after it, and each one's episode row:
         logprobs cover every row, advantages are the episodes' and broadcast to their threads."""
         cfg = self.cfg
         rows, episodes = threads if threads is not None else (batch, None)
+        step = step or Step(self.state["step"], [], {}, timings, batch)
+        values = step.values
 
         def episode_part(x: torch.Tensor | None) -> torch.Tensor | None:  # [len(rows), ...]
             return x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]
@@ -600,18 +596,15 @@ class Trainer:
         wants_soft_values = "soft_values" in self.components.requires
         old_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
         ref_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
-        # poise's probe reads hidden states of that pass too (a hook on one layer)
-        probe, features = self.probe, None
-        if probe is not None:
-            features = LayerFeatures(self.model, cfg.algo.poise_layer, len(batch))
+        observers = self.methods.old_pass(step)  # a method may read that pass too
         extra = {}
         # old and reference logprobs in the precision the update computes the new ones in
         precision = autocast(cfg.train.autocast, self.model.device)
-        reads_old = wants_squares or probe is not None or wants_soft_values  # from that pass
+        reads_old = wants_squares or bool(observers) or wants_soft_values  # from that pass
         if not on_policy or cfg.algo.tis != "off" or reads_old:
             with timed(timings, "time/old_logprobs"), precision:
                 old = batch_logprobs(
-                    self.model, rows, micro, temperature, share, squares, features, old_lse
+                    self.model, rows, micro, temperature, share, squares, observers, old_lse
                 )
             extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
         if self.reference is not None:
@@ -657,16 +650,10 @@ class Trainer:
         if wants_soft_values:
             inputs.soft_values = episode_part(cfg.algo.q_beta * (old_lse - ref_lse))
             inputs.soft_q_values = episode_part(cfg.algo.q_beta * (old + old_lse - ref - ref_lse))
-        if probe is not None:  # the probe as fitted on earlier steps only
-            domains, step = batch.domains or ["default"] * len(batch), self.state["step"]
-            guess = probe.baselines(features.values, domains, inputs.rewards, step)
-            inputs.probe_predictions = guess.predictions
+        self.methods.advantage_inputs(step, inputs)
         advantages = self.components.advantage(inputs, cfg.algo)
         self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch
-        if probe is not None:  # likewise the probe: refitted only after its advantages
-            extra.update(
-                probe.update(features.values, domains, inputs.rewards, batch.group_ids, guess)
-            )
+        self.methods.after_advantages(step, inputs)  # likewise what a method fits on the batch
         targets = getattr(self.components.advantage, "critic_targets", None)  # e.g. gae's lam=1
         returns = (
             None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from contextlib import nullcontext
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.types import Batch
 
 if TYPE_CHECKING:
-    from rlvr.models.probe import LayerFeatures
+    from rlvr.train.hooks import PassObserver
 
 
 def make_optimizer(cfg: Config, model) -> torch.optim.Optimizer:
@@ -88,16 +89,16 @@ def batch_logprobs(
     temperature: float,
     share_prompt: bool = True,
     sum_pi_squared: torch.Tensor | None = None,
-    features: LayerFeatures | None = None,
+    observers: Sequence[PassObserver] = (),
     normaliser: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
     `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward, a
-    given `normaliser` [B, T-1] each position's logsumexp, and given `features` (poise's probe)
-    receive each row's hidden-state features from it too."""
+    given `normaliser` [B, T-1] each position's logsumexp, and `observers` (a method's, e.g. POISE's
+    probe) what each micro-batch's forward showed."""
     out = torch.zeros_like(batch.loss_mask)
-    # the probe reads the prompt's hidden states, so that pass runs each row whole, unshared
-    prompts = batch_prompts(batch, share_prompt and features is None)
+    # an observer reads the prompt's hidden states too, so that pass runs each row whole, unshared
+    prompts = batch_prompts(batch, share_prompt and not observers)
     units = None if prompts is None else prompts.unit
     everything = torch.arange(len(batch))
     for rows in by_length(everything, batch.attention_mask.sum(-1), units).split(micro_batch_size):
@@ -106,19 +107,21 @@ def batch_logprobs(
         if sum_pi_squared is not None:
             squares = torch.zeros(len(rows), width, device=model.device)
         lse = LogNormaliser() if normaliser is not None else None
-        with features.capture() if features is not None else nullcontext():
+        with ExitStack() as watched:
+            for observer in observers:
+                watched.enter_context(observer.capture())
             lp, entropy = micro_logprobs(
                 model, batch, rows, temperature, prompts, sum_pi_squared=squares,
-                with_entropy=features is not None, normaliser=lse,
+                with_entropy=bool(observers), normaliser=lse,
             )  # fmt: skip
         out[rows, :width] = lp.float().cpu()
         if lse is not None:
             normaliser[rows, :width] = lse.values.float().cpu()
         if squares is not None:
             sum_pi_squared[rows, :width] = squares.cpu()
-        if features is not None:
+        for observer in observers:
             attention = batch.attention_mask[rows, : width + 1]
-            features.add(rows, attention, batch.loss_mask[rows, :width], entropy)
+            observer.add(rows, attention, batch.loss_mask[rows, :width], entropy)
     return out
 
 

@@ -1,5 +1,6 @@
-"""POISE's probe g (arXiv 2605.07579): a rollout's success rate predicted from the policy's own
-hidden states, fitted online (PCA + ridge per problem domain) to serve as a cross-rollout baseline."""
+"""POISE (arXiv 2605.07579): a probe g predicts a rollout's success rate from the policy's own
+hidden states, fitted online (PCA + ridge per problem domain), and the `poise` estimator takes
+the mean of the other rollouts' predictions as each rollout's baseline."""
 
 from __future__ import annotations
 
@@ -8,11 +9,46 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.algos.advantages import sibling_mean
-from rlvr.config import AlgoConfig
+from rlvr.algos.advantages import ADVANTAGES, AdvInputs, sibling_mean
+from rlvr.analysis.probes import last_mean
+from rlvr.config import ConfigError
+from rlvr.registry import lookup
+from rlvr.train.hooks import Method, Run, Step
 
-LAST_TOKENS = 10  # the paper's features: mean hidden state of the last 10 prompt / response tokens
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layer: int = Field(
+        -1,
+        ge=-1,
+        description="Decoder layer whose output hidden states feed the probe (0 = the first "
+        "layer); -1 = the middle one, num_layers // 2 (the paper's layer 19 of 36 on Qwen3-4B).",
+    )
+    bootstrap_steps: int = Field(
+        16,
+        ge=0,
+        description="First RL steps that use the rloo baseline while the probe collects data (it "
+        "is also rloo for a domain whose probe is not fitted yet).",
+    )
+    buffer: int = Field(
+        2048,
+        gt=0,
+        description="The most recent rollouts per problem domain the probe is refitted on.",
+    )
+    ridge_alpha: float = Field(
+        100.0, gt=0, description="L2 strength of the probe's ridge regression."
+    )
+    prompt_dims: int = Field(
+        32, gt=0, description="PCA dimensions of the prompt hidden-state feature."
+    )
+    response_dims: int = Field(
+        64, gt=0, description="PCA dimensions of the response hidden-state feature."
+    )
+
+
 MIN_FIT_ROWS = 4  # a domain's probe is fitted once its buffer holds this many rollouts
 
 
@@ -23,18 +59,10 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == count:
             return module
-    raise ValueError(
-        f"algo.advantage='poise' found no list of {count} decoder layers in "
-        f"{type(model).__name__}; it hooks one of them for the probe's features"
+    raise ConfigError(
+        f"methods.poise found no list of {count} decoder layers in {type(model).__name__}; it "
+        "hooks one of them for the probe's features"
     )
-
-
-def last_mean(hidden: torch.Tensor, mask: torch.Tensor, k: int = LAST_TOKENS) -> torch.Tensor:
-    """[B, H]: the mean of hidden [B, T, H] over the last k positions of each row where mask
-    [B, T] (bool) holds (fewer when fewer hold; 0 when none does)."""
-    from_end = mask.flip(-1).long().cumsum(-1).flip(-1)  # masked positions at or after t
-    keep = (mask & (from_end <= k)).to(hidden.dtype)
-    return (hidden * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
 
 
 def rollout_features(
@@ -67,9 +95,9 @@ class LayerFeatures:
         layers = decoder_layers(model)
         self.index = len(layers) // 2 if layer == -1 else layer
         if not 0 <= self.index < len(layers):
-            raise ValueError(
-                f"algo.poise_layer={layer}, but the model has {len(layers)} decoder layers; "
-                f"fix: algo.poise_layer between 0 and {len(layers) - 1}, or -1 (the middle one)"
+            raise ConfigError(
+                f"methods.poise.layer={layer}, but the model has {len(layers)} decoder layers; "
+                f"fix: methods.poise.layer between 0 and {len(layers) - 1}, or -1 (the middle one)"
             )
         self.layer, self.rows = layers[self.index], rows
         self.values: torch.Tensor | None = None  # [rows, 2H + 1] once a micro-batch is added
@@ -122,8 +150,8 @@ class Probe:
     other_rollout_correctness): what g(z_i) predicts is the prompt's success rate as seen from
     rollout i, not rollout i's own outcome."""
 
-    def __init__(self, algo: AlgoConfig):
-        self.algo = algo
+    def __init__(self, params: Params):
+        self.params = params
         self.buffers: dict[str, np.ndarray] = {}  # domain -> [N, F + 1]: features, then target
         self.fits: dict[str, dict[str, np.ndarray]] = {}  # domain -> the fitted arrays
 
@@ -139,12 +167,12 @@ class Probe:
 
     def observe(self, features: torch.Tensor, domains: list[str], targets: torch.Tensor) -> None:
         """Append rollouts (features [B, F], targets [B]) to their domains' buffers, keep the most
-        recent algo.poise_buffer, and refit each domain that got new rows."""
+        recent `buffer`, and refit each domain that got new rows."""
         rows = np.concatenate([features.float().numpy(), targets.float().numpy()[:, None]], 1)
         for domain in dict.fromkeys(domains):  # first-seen order: deterministic
             new = rows[np.array([d == domain for d in domains], dtype=bool)]
             old = self.buffers.get(domain, new[:0])
-            self.buffers[domain] = np.concatenate([old, new])[-self.algo.poise_buffer :]
+            self.buffers[domain] = np.concatenate([old, new])[-self.params.buffer :]
             self._fit(domain)
 
     def _fit(self, domain: str) -> None:
@@ -156,13 +184,13 @@ class Probe:
             return
         x, y = data[:, :-1], data[:, -1]
         h, fit = (x.shape[1] - 1) // 2, {}
-        blocks = {"prompt": (x[:, :h], self.algo.poise_prompt_dims)}
-        blocks["response"] = (x[:, h : 2 * h], self.algo.poise_response_dims)
+        blocks = {"prompt": (x[:, :h], self.params.prompt_dims)}
+        blocks["response"] = (x[:, h : 2 * h], self.params.response_dims)
         for name, (block, dims) in blocks.items():
             # capped by the samples at hand early on; the full SVD is exact and deterministic
             pca = PCA(n_components=min(dims, *block.shape), svd_solver="full").fit(block)
             fit[f"{name}_mean"], fit[f"{name}_components"] = pca.mean_, pca.components_
-        ridge = Ridge(alpha=self.algo.poise_ridge_alpha).fit(_project(x, fit), y)
+        ridge = Ridge(alpha=self.params.ridge_alpha).fit(_project(x, fit), y)
         fit["coef"], fit["intercept"] = ridge.coef_, np.asarray(ridge.intercept_, dtype=np.float64)
         # C order, as a checkpoint restores them: a matmul's rounding depends on the layout, so a
         # resumed probe predicts bit for bit what the saved one did
@@ -184,10 +212,10 @@ class Probe:
         self, features: torch.Tensor, domains: list[str], rewards: torch.Tensor, step: int
     ) -> Baselines:
         """This step's AdvInputs.probe_predictions, from the probe as it is before this batch.
-        During the first algo.poise_bootstrap_steps, and for a domain not fitted yet, a row's
+        During the first `bootstrap_steps`, and for a domain not fitted yet, a row's
         prediction is its own reward: poise's sibling mean of it is then exactly rloo."""
         probe = self.predict(features, domains)
-        used = ~probe.isnan() & (step >= self.algo.poise_bootstrap_steps)
+        used = ~probe.isnan() & (step >= self.params.bootstrap_steps)
         return Baselines(torch.where(used, probe, rewards.double()), probe, used)
 
     def update(
@@ -228,3 +256,48 @@ def probe_metrics(predictions: torch.Tensor, targets: torch.Tensor) -> dict[str,
         if float(p.std()) > 0:
             metrics["poise/pearson"] = float(torch.corrcoef(torch.stack([p, t]))[0, 1])
     return metrics
+
+
+class POISE(Method):
+    """POISE (arXiv 2605.07579): the `poise` estimator's baseline, a probe of the policy's hidden
+    states that predicts each rollout's success rate."""
+
+    Params = Params
+    provides = frozenset({"probe_predictions"})
+
+    @classmethod
+    def check(cls, params: Params, cfg, task) -> None:
+        estimator = lookup(ADVANTAGES, cfg.algo.advantage, "algo.advantage", "rlvr.advantages")
+        if "probe_predictions" not in getattr(estimator, "requires", ()):
+            raise ConfigError(
+                f"methods.poise fits a probe whose predictions only the poise estimator reads, "
+                f"and algo.advantage = '{cfg.algo.advantage}'; fix: algo.advantage=poise"
+            )
+
+    def setup(self, run: Run) -> None:
+        self.model, self.probe = run.model, Probe(self.params)
+
+    def old_pass(self, step: Step) -> LayerFeatures:
+        self.features = LayerFeatures(self.model, self.params.layer, len(step.batch))
+        return self.features
+
+    def advantage_inputs(self, step: Step, inputs: AdvInputs) -> None:
+        """The probe as fitted on earlier steps only."""
+        self.domains = [t.problem.domain for t in step.trajectories]
+        self.guess = self.probe.baselines(
+            self.features.values, self.domains, inputs.rewards, step.index
+        )
+        inputs.probe_predictions = self.guess.predictions
+
+    def after_advantages(self, step: Step, inputs: AdvInputs) -> None:
+        """Refitted only after its advantages: no advantage comes from a probe fitted on its own
+        rollout."""
+        step.metrics.update(self.probe.update(
+            self.features.values, self.domains, inputs.rewards, inputs.group_ids, self.guess
+        ))  # fmt: skip
+
+    def state_dict(self) -> dict:
+        return self.probe.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.probe.load_state_dict(state)

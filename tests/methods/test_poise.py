@@ -1,18 +1,26 @@
+"""POISE: the probe's features, fit, predictions and state by hand; through the trainer, a probe
+fitted before its batch, resumed exactly."""
+
 import numpy as np
 import pytest
 import torch
 
-from rlvr.config import AlgoConfig
-from rlvr.models.probe import (
+from rlvr.algos.advantages import ADVANTAGES
+from rlvr.analysis.probes import last_mean
+from rlvr.config import ConfigError, load_config
+from rlvr.methods.poise import (
     LayerFeatures,
+    Params,
     Probe,
     decoder_layers,
-    last_mean,
     probe_metrics,
     rollout_features,
 )
+from rlvr.rewards import REWARDS
+from rlvr.train.setup import build_components
+from rlvr.train.trainer import Trainer
 from rlvr.train.update import batch_logprobs
-from rlvr.types import Batch, Problem, Trajectory
+from rlvr.types import Batch, Problem, Score, Trajectory
 
 
 def test_last_mean_averages_the_last_k_masked_positions():
@@ -56,7 +64,7 @@ def test_layer_features_hook_the_layer_that_output_hidden_states_names(tiny_mode
     layers = len(decoder_layers(tiny_model))
     features = LayerFeatures(tiny_model, -1, len(batch))
     assert features.index == layers // 2  # the default is the middle layer
-    logprobs = batch_logprobs(tiny_model, batch, 2, 1.0, features=features)
+    logprobs = batch_logprobs(tiny_model, batch, 2, 1.0, observers=[features])
     assert torch.equal(logprobs, batch_logprobs(tiny_model, batch, 2, 1.0, share_prompt=False))
     with torch.no_grad():
         out = tiny_model(
@@ -71,7 +79,7 @@ def test_layer_features_hook_the_layer_that_output_hidden_states_names(tiny_mode
         out.hidden_states[layers // 2 + 1], batch.attention_mask, batch.loss_mask, entropy
     )
     torch.testing.assert_close(features.values, want, atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match="poise_layer"):
+    with pytest.raises(ValueError, match="methods.poise.layer"):
         LayerFeatures(tiny_model, layers, 3)
 
 
@@ -85,7 +93,7 @@ def synthetic(n, hidden=24, seed=0):
 
 
 def test_the_probe_learns_a_linear_target():
-    probe = Probe(AlgoConfig(poise_prompt_dims=24, poise_response_dims=24, poise_ridge_alpha=1.0))
+    probe = Probe(Params(prompt_dims=24, response_dims=24, ridge_alpha=1.0))
     x, y = synthetic(600)
     probe.observe(x, ["math"] * len(x), y)
     test_x, test_y = synthetic(300, seed=1)
@@ -96,7 +104,7 @@ def test_the_probe_learns_a_linear_target():
 
 
 def test_buffers_are_per_domain_bounded_and_recent():
-    probe = Probe(AlgoConfig(poise_buffer=50))
+    probe = Probe(Params(buffer=50))
     x, y = synthetic(80)
     probe.observe(x[:40], ["math"] * 20 + ["code"] * 20, y[:40])
     probe.observe(x[40:], ["math"] * 40, y[40:])
@@ -108,11 +116,11 @@ def test_buffers_are_per_domain_bounded_and_recent():
 
 
 def test_state_dict_round_trip_gives_identical_predictions(tmp_path):
-    probe = Probe(AlgoConfig(poise_prompt_dims=8, poise_response_dims=8))
+    probe = Probe(Params(prompt_dims=8, response_dims=8))
     x, y = synthetic(100)
     probe.observe(x, ["math"] * 50 + ["code"] * 50, y)
     torch.save(probe.state_dict(), tmp_path / "probe.pt")  # as inside the trainer checkpoint
-    restored = Probe(AlgoConfig(poise_prompt_dims=8, poise_response_dims=8))
+    restored = Probe(Params(prompt_dims=8, response_dims=8))
     restored.load_state_dict(torch.load(tmp_path / "probe.pt", weights_only=False))
     test_x, _ = synthetic(20, seed=3)
     domains = ["math", "code"] * 10
@@ -125,7 +133,7 @@ def test_state_dict_round_trip_gives_identical_predictions(tmp_path):
 
 
 def test_baselines_fall_back_to_rewards_during_bootstrap_and_before_a_fit():
-    probe = Probe(AlgoConfig(poise_bootstrap_steps=2))
+    probe = Probe(Params(bootstrap_steps=2))
     x, y = synthetic(40)
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
     unfitted = probe.baselines(x[:4], ["math"] * 4, rewards, step=5)
@@ -140,7 +148,7 @@ def test_baselines_fall_back_to_rewards_during_bootstrap_and_before_a_fit():
 
 
 def test_update_logs_then_refits_on_sibling_mean_targets():
-    probe = Probe(AlgoConfig())
+    probe = Probe(Params())
     x, _ = synthetic(6)
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 5.0])
     groups = torch.tensor([0, 0, 1, 1, 1, 2])  # group 2 has no sibling: left out
@@ -152,3 +160,73 @@ def test_update_logs_then_refits_on_sibling_mean_targets():
     targets = probe.buffers["math"][:, -1].tolist()
     assert targets == [0.0, 1.0, 0.5, 0.5, 1.0]  # each row's siblings' mean reward
     assert "math" in probe.fits  # five rows: fitted for the next step
+
+
+def parity(problem, response):
+    return Score(float(len(response) % 2), "ok")  # varied within groups
+
+
+def poise_config(fast_overrides, *extra):
+    return load_config(
+        None,
+        fast_overrides
+        + [
+            "rollout.group_size=2", "algo.advantage=poise", "methods.poise={}", "methods.poise.bootstrap_steps=1",
+            "task.rewards={parity: 1.0}", *extra,
+        ],
+    )  # fmt: skip
+
+
+def records(trainer):
+    return {r["step"]: r for r in trainer.run_dir.read_metrics() if "loss" in r}
+
+
+def test_poise_uses_a_probe_fitted_before_its_batch_and_resumes_it_exactly(
+    fast_overrides, monkeypatch, tmp_path
+):
+    monkeypatch.setitem(REWARDS, "parity", parity)
+    first = Trainer(poise_config(fast_overrides, "train.steps=2", "log.name=poise"))
+    original, seen = ADVANTAGES["poise"], []
+
+    def spy(inputs, algo):
+        # the probe has seen only earlier steps' rollouts when this step's advantages are made
+        rows = sum(len(buffer) for buffer in first.methods.chosen["poise"].probe.buffers.values())
+        seen.append((rows, inputs.probe_predictions.clone()))
+        assert inputs.old_logprobs is not None  # the forced old-logprob pass ran
+        return original(inputs, algo)
+
+    first.components.advantage = spy
+    first.run()
+    assert [n for n, _ in seen] == [0, 16]  # rollout.batch_size=16 per step
+    by_step = records(first)
+    assert by_step[1]["poise/fitted"] == 0.0  # the bootstrap step: rloo
+    assert by_step[1]["poise/adv_var"] == by_step[1]["poise/rloo_adv_var"]
+    assert by_step[2]["poise/fitted"] == 1.0 and "poise/skill" in by_step[2]
+    assert 0.0 <= seen[1][1].min() and seen[1][1].max() <= 1.0  # clipped probe predictions
+
+    # the checkpoint of the finished run holds the probe; a resumed run gets it back exactly
+    saved = first.methods.chosen["poise"].probe.state_dict()
+    (domain,) = saved["fits"]  # the task's one domain
+    resumed = Trainer(
+        poise_config(fast_overrides, "train.steps=3", "log.name=poise"),
+        resume=tmp_path / "runs" / "poise",
+    )
+    restored = resumed.methods.chosen["poise"].probe.state_dict()
+    assert restored["buffers"].keys() == saved["buffers"].keys()
+    assert np.array_equal(restored["buffers"][domain], saved["buffers"][domain])
+    for name, array in saved["fits"][domain].items():
+        assert np.array_equal(restored["fits"][domain][name], array), name
+    features = torch.from_numpy(saved["buffers"][domain][:8, :-1])
+    assert torch.equal(
+        first.methods.chosen["poise"].probe.predict(features, [domain] * 8),
+        resumed.methods.chosen["poise"].probe.predict(features, [domain] * 8),
+    )
+    resumed.run()  # and the resumed run trains on with it
+    assert records(resumed)[3]["poise/fitted"] == 1.0
+
+
+def test_the_poise_estimator_names_the_method_that_feeds_it(fast_overrides):
+    with pytest.raises(ConfigError, match=r"Fix: add methods.poise=\{\}"):
+        build_components(load_config(None, [*fast_overrides, "algo.advantage=poise"]))
+    with pytest.raises(ConfigError, match="fix: algo.advantage=poise"):
+        build_components(load_config(None, [*fast_overrides, "methods.poise={}"]))
