@@ -369,6 +369,34 @@ class Trainer:
             )
             return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
         step = Step(self.state["step"], trajectories, sampling, timings)
+        batch, shaped = self.shape_rewards(step)
+        segments = (
+            segment_tensors(trajectories, batch.loss_mask.shape[1])
+            if "segment_advantages" in self.components.requires
+            else (None, None)
+        )
+        components = reward_components(trajectories, cfg.task.rewards)
+        offsets = self.methods.advantage_offsets(step)
+        threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
+        data, extra = self.prepare_update(
+            batch, baselines, segments, components, timings, offsets, threads, step
+        )
+        self.methods.update_inputs(step, data)
+        if cfg.rollout.dispatch_threads:
+            extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
+        extra.update(sampling, **shaped)
+        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values",
+                  "time/calibration")  # fmt: skip
+        timings["time/advantages"] = (
+            time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
+        )
+        result = self.update(step, data, extra)
+        return self.step_metrics(step, data, result, extra)
+
+    def shape_rewards(self, step: Step) -> tuple[Batch, dict[str, float]]:
+        """The rewards as the learner sees them (a method's rescoring, reward timing, the overlong
+        penalty, bonuses), packed into `step.batch`; and the shaping's metrics."""
+        cfg, trajectories, pad_id = self.cfg, step.trajectories, self.tokenizer.pad_token_id
         self.methods.rescore(step)
         for trajectory in trajectories:
             trajectory.turn_rewards = time_rewards(trajectory.turn_rewards, cfg.algo.reward_timing)
@@ -378,46 +406,29 @@ class Trainer:
         )  # fmt: skip
         for trajectory, penalty in zip(trajectories, penalties.tolist()):
             trajectory.turn_rewards[-1] += penalty
-        step.batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
-        batch, explored = step.batch, {}
+        shaped = {"reward/overlong": float(penalties.mean())} if cfg.algo.overlong_window else {}
+        step.batch = Batch.from_trajectories(trajectories, pad_id)
         bonus = self.methods.reward_bonus(step)
         bonuses = [] if bonus is None else [bonus]
         if parallel_on(cfg.algo):
             bonus, measured = parallel_shaping(
-                trajectories, batch.group_ids, self.tokenizer, cfg.algo
+                trajectories, step.batch.group_ids, self.tokenizer, cfg.algo
             )
             bonuses.append(bonus)
-            explored.update(measured)
+            shaped.update(measured)
         if bonuses:
             for trajectory, value in zip(trajectories, sum(bonuses).tolist()):
                 trajectory.turn_rewards[-1] += value
             # rebuilt so every reward view (token, turn, episode) holds the bonus
-            batch = Batch.from_trajectories(trajectories, self.tokenizer.pad_token_id)
+            step.batch = Batch.from_trajectories(trajectories, pad_id)
         if cfg.algo.mask_truncated:
-            batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
-        segments = (
-            segment_tensors(trajectories, batch.loss_mask.shape[1])
-            if "segment_advantages" in self.components.requires
-            else (None, None)
-        )
-        components = reward_components(trajectories, cfg.task.rewards)
-        step.batch = batch
-        offsets = self.methods.advantage_offsets(step)
-        threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
-        data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, threads, step
-        )
-        self.methods.update_inputs(step, data)
-        if cfg.rollout.dispatch_threads:
-            extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
-        extra.update(sampling, **explored)
-        if cfg.algo.overlong_window:
-            extra["reward/overlong"] = float(penalties.mean())
-        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values",
-                  "time/calibration")  # fmt: skip
-        timings["time/advantages"] = (
-            time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
-        )
+            step.batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
+        return step.batch, shaped
+
+    def update(self, step: Step, data: UpdateInputs, extra: dict[str, float]) -> UpdateResult:
+        """The policy update (after any critic warm-up), the weight sync, and the critic's fit
+        (its metrics join `extra`)."""
+        cfg, timings = self.cfg, step.timings
         with timed(timings, "time/update"):
             self.source.release_memory()
             if self.state["step"] >= cfg.algo.critic_warmup_steps:
@@ -431,7 +442,16 @@ class Trainer:
             self.source.sync(self.model, self.state["step"] + 1)
         if self.critic is not None and step.values is None:  # a critic that judged stays as is
             with timed(timings, "time/critic"):
-                extra.update(self.critic.update(batch, data.returns, data.values, self.update_rng))
+                extra.update(
+                    self.critic.update(step.batch, data.returns, data.values, self.update_rng)
+                )
+        return result
+
+    def step_metrics(
+        self, step: Step, data: UpdateInputs, result: UpdateResult, extra: dict[str, float]
+    ) -> dict[str, float]:
+        """What the step logs: the batch's, the update's, throughput and FLOPs; some samples."""
+        cfg, timings, trajectories, batch = self.cfg, step.timings, step.trajectories, step.batch
         metrics_start = time.perf_counter()
         self.state["bad_steps"] = self.state["bad_steps"] + 1 if result.skipped else 0
         metrics = dict(batch_metrics(trajectories), **result.metrics, **extra, **timings)
