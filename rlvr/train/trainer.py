@@ -581,6 +581,42 @@ class Trainer:
             per_prompt = [t.reward for t in source.evaluator.collect(problems, 1, seed, greedy)]
         return trajectories, [per_prompt[t.group_id] for t in trajectories]
 
+    def logprob_passes(
+        self, rows: Batch, step: Step, timings: dict[str, float], extra: dict[str, float]
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The no-grad passes over `rows` [R, T-1] each: the old policy's logprobs (when the update
+        or an estimator or method needs them apart from the update's own), the reference's, and
+        what estimators read off those passes (sum_v pi_v^2; each position's logsumexp under the
+        old policy and the reference, for soft Q-learning)."""
+        cfg, micro, temperature = (
+            self.cfg,
+            self.cfg.train.micro_batch_size,
+            self.cfg.rollout.temperature,
+        )
+        share, requires = cfg.train.share_prompt, self.components.requires
+        old = ref = None
+        timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
+        on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
+        # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
+        squares = torch.zeros_like(rows.loss_mask) if "sum_pi_squared" in requires else None
+        soft = "soft_values" in requires
+        old_lse = torch.zeros_like(rows.loss_mask) if soft else None
+        ref_lse = torch.zeros_like(rows.loss_mask) if soft else None
+        observers = self.methods.old_pass(step)  # a method may read that pass too
+        # in the precision the update computes the new logprobs in
+        precision = autocast(cfg.train.autocast, self.model.device)
+        reads_old = squares is not None or bool(observers) or soft  # from that pass
+        if not on_policy or cfg.algo.tis != "off" or reads_old:
+            with timed(timings, "time/old_logprobs"), precision:
+                old = batch_logprobs(
+                    self.model, rows, micro, temperature, share, squares, observers, old_lse
+                )
+            extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
+        if self.reference is not None:
+            with timed(timings, "time/ref_logprobs"), precision:
+                ref = self.reference.logprobs(rows, micro, temperature, share, ref_lse)
+        return old, ref, squares, old_lse, ref_lse
+
     def prepare_update(
         self,
         batch: Batch,
@@ -605,31 +641,11 @@ class Trainer:
 
         micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
         share = cfg.train.share_prompt
-        old = ref = None
-        timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
         timings["time/teacher_logprobs"] = 0.0
-        on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
-        # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
-        wants_squares = "sum_pi_squared" in self.components.requires
-        squares = torch.zeros_like(rows.loss_mask) if wants_squares else None
-        # soft Q-learning: each position's logsumexp under the old policy and the reference
-        wants_soft_values = "soft_values" in self.components.requires
-        old_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
-        ref_lse = torch.zeros_like(rows.loss_mask) if wants_soft_values else None
-        observers = self.methods.old_pass(step)  # a method may read that pass too
         extra = {}
-        # old and reference logprobs in the precision the update computes the new ones in
+        old, ref, squares, old_lse, ref_lse = self.logprob_passes(rows, step, timings, extra)
+        # the teacher's logprobs in the precision the update computes the policy's in
         precision = autocast(cfg.train.autocast, self.model.device)
-        reads_old = wants_squares or bool(observers) or wants_soft_values  # from that pass
-        if not on_policy or cfg.algo.tis != "off" or reads_old:
-            with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(
-                    self.model, rows, micro, temperature, share, squares, observers, old_lse
-                )
-            extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
-        if self.reference is not None:
-            with timed(timings, "time/ref_logprobs"), precision:
-                ref = self.reference.logprobs(rows, micro, temperature, share, ref_lse)
         if self.critic is not None and values is None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
@@ -667,7 +683,7 @@ class Trainer:
             inputs.target_ids = batch.input_ids[:, 1:].masked_fill(ended, -1)
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
-        if wants_soft_values:
+        if old_lse is not None:  # soft Q-learning's values, read off both passes' logits
             inputs.soft_values = episode_part(cfg.algo.q_beta * (old_lse - ref_lse))
             inputs.soft_q_values = episode_part(cfg.algo.q_beta * (old + old_lse - ref - ref_lse))
         self.methods.advantage_inputs(step, inputs)
