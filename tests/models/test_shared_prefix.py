@@ -6,9 +6,9 @@ import torch
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import LoraSettings, load_config
 from rlvr.distributed.data_parallel import by_length
+from rlvr.models.logprobs import LogNormaliser, token_logprobs
 from rlvr.models.lora import apply_lora
-from rlvr.train.logprobs import LogNormaliser, token_logprobs
-from rlvr.train.shared_prefix import Prompts, find_prompts, to_columns, worth_sharing
+from rlvr.models.shared_prefix import Prompts, find_prompts, to_columns, worth_sharing
 from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
