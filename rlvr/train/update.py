@@ -18,10 +18,11 @@ from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import AlgoConfig, Config
-from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
+from rlvr.distributed.data_parallel import SINGLE, DataParallel
 from rlvr.models.logprobs import Gather, LogNormaliser, autocast, token_logprobs
 from rlvr.models.lora import trainable_state_dict
 from rlvr.models.shared_prefix import Prompts, find_prompts, worth_sharing
+from rlvr.train.batching import by_length
 from rlvr.train.checkpoint import Restored
 from rlvr.types import Batch
 
