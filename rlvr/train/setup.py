@@ -6,20 +6,17 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
-from rlvr.config import Config, ConfigError, suggest
+from rlvr.config import Config, ConfigError
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
 from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError, load_frozen
-from rlvr.registry import lookup
+from rlvr.registry import lookup, validate_params
 from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
@@ -70,28 +67,6 @@ class Components:
     kl: KLFn | None
     requires: frozenset[str] = frozenset()  # optional AdvInputs fields the estimator reads
     min_group_size: int = 1  # smallest group the estimator can compare within
-
-
-def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_known=()) -> Any:
-    """`model(**settings)`, or a ConfigError naming each bad key under `prefix` and the fix."""
-    try:
-        return model.model_validate(settings)
-    except ValidationError as e:
-        known = [f"{prefix}.{k}" for k in [*model.model_fields, *extra_known]]
-        lines = []
-        for err in e.errors():
-            key = ".".join([prefix, *map(str, err["loc"])])
-            if err["type"] == "extra_forbidden":
-                lines.append(f"unknown key '{key}'.{suggest(key, known)}")
-            else:
-                lines.append(f"{key} = {_nested(settings, err['loc'])!r}: {err['msg']}")
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
-
-
-def _nested(settings: Any, loc: tuple) -> Any:
-    for part in loc:
-        settings = settings.get(part) if isinstance(settings, dict) else None
-    return settings
 
 
 def build_task(cfg: Config) -> Task:
