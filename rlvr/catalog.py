@@ -8,8 +8,20 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 CACHE = Path(__file__).with_name("catalog.json")
-KINDS = ("advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "presets")
-PLUGIN_GROUPS = {kind: f"rlvr.{kind}" for kind in ("advantages", "losses", "rewards", "tasks")}
+KINDS = (
+    "advantages",
+    "losses",
+    "kl",
+    "aggregations",
+    "rewards",
+    "tasks",
+    "envs",
+    "engines",
+    "presets",
+)
+PLUGIN_GROUPS = {
+    kind: f"rlvr.{kind}" for kind in ("advantages", "losses", "rewards", "tasks", "engines")
+}
 
 
 def registry(kind: str) -> dict:
@@ -28,6 +40,8 @@ def registry(kind: str) -> dict:
         from rlvr.tasks import TASKS as found
     elif kind == "envs":
         from rlvr.envs import ENVS as found
+    elif kind == "engines":
+        from rlvr.rollout import ENGINES as found
     else:
         from rlvr.models.tiny import PRESETS
 

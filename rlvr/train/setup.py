@@ -19,15 +19,13 @@ from rlvr.models.loading import ModelNotFoundError, load_frozen
 from rlvr.registry import lookup, validate_params
 from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
-from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout import ENGINES, Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine
-from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
 from rlvr.rollout.replay import ReplayEngine
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
-from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.tasks.paraphrase import Paraphrased
@@ -235,20 +233,13 @@ def env_factory(components: Components) -> Callable[[], Env]:
 
 
 def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
-    """The rollout engine of rollout.engine: the embedded one decodes with `model` itself; vLLM
-    loads the architecture from `model_path` and takes `model`'s weights at each sync. With
-    rollout.dispatch_threads, every call (training, eval, `rlvr eval`) dispatches Parason's
-    parallel regions."""
-    r = cfg.rollout
-    if r.engine == "hf":
-        engine = HFEngine(model, tokenizer, r.max_batch_size)
-    else:
-        engine = VLLMEngine(
-            model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
-            r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,
-            lora_rank=cfg.model.lora.r if r.vllm.lora_sync == "adapter" else 0,
-        )  # fmt: skip
-    return DispatchingEngine(engine, tokenizer) if r.dispatch_threads else engine
+    """The rollout engine of rollout.engine: a name in ENGINES (`rlvr list engines`), an entry
+    point of group rlvr.engines or a `module:attr` builder, called as (cfg, model, tokenizer,
+    model_path). With rollout.dispatch_threads, every call (training, eval, `rlvr eval`)
+    dispatches Parason's parallel regions."""
+    build = lookup(ENGINES, cfg.rollout.engine, "rollout.engine", group="rlvr.engines")
+    engine = build(cfg, model, tokenizer, model_path)
+    return DispatchingEngine(engine, tokenizer) if cfg.rollout.dispatch_threads else engine
 
 
 def build_rollout_source(
