@@ -17,6 +17,7 @@ KINDS = (
     "tasks",
     "envs",
     "engines",
+    "backends",
     "presets",
 )
 PLUGIN_GROUPS = {
@@ -42,6 +43,8 @@ def registry(kind: str) -> dict:
         from rlvr.envs import ENVS as found
     elif kind == "engines":
         from rlvr.rollout import ENGINES as found
+    elif kind == "backends":
+        from rlvr.distributed.backends import BACKENDS as found
     else:
         from rlvr.models.tiny import PRESETS
 

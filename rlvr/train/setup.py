@@ -11,8 +11,9 @@ from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError
+from rlvr.distributed.backends import BACKENDS
+from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
-from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError, load_frozen
@@ -23,13 +24,11 @@ from rlvr.rollout import ENGINES, Engine, EpisodeRunner, HFEngine, SamplingParam
 from rlvr.rollout.branching import BranchingEngine
 from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
-from rlvr.rollout.replay import ReplayEngine
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.tasks.paraphrase import Paraphrased
-from rlvr.train.update import LocalUpdate
 from rlvr.types import Problem, Score
 
 RewardFn = Callable[[Problem, str], Score]
@@ -245,27 +244,9 @@ def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
 def build_rollout_source(
     cfg: Config, model, tokenizer, components: Components, model_path: str
 ) -> RolloutSource:
-    """Where samples come from: this process's engine, or Ray rollout workers (each builds its
-    own engine and runners from the same config)."""
-    if cfg.distributed.backend == "ray":
-        from rlvr.distributed.ray_partial import PartialRayRollout
-        from rlvr.distributed.ray_rollout import RayRollout
-
-        source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
-        return source(cfg, tokenizer, model_path, sampling_params(cfg))
-    engine = build_engine(cfg, model, tokenizer, model_path)
-    sampler = engine
-    if cfg.rollout.branch_model:
-        sampler = branching_engine(cfg, engine, model, tokenizer)
-    elif cfg.rollout.replay:
-        sampler = ReplayEngine(cfg.rollout.replay, tokenizer, tokenizer.eos_token_id)
-    runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
-    evaluator = (
-        make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
-        if sampler is not engine or cfg.rollout.tree_width
-        else runner
-    )  # eval measures the policy alone: no tree, no weak branches, no logged replies
-    return InProcessRollout(engine, runner, evaluator)
+    """Where samples come from: the rollout source of distributed.backend (BACKENDS)."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.source(cfg, model, tokenizer, components, model_path)
 
 
 def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> BranchingEngine:
@@ -276,17 +257,12 @@ def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> Branching
     return BranchingEngine(engine, weak_engine, tokenizer, r.branch_tokens, r.branch_share)
 
 
-def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource, model):
-    """Who runs the policy update of `model` and holds its optimizer: this process, or it and
-    distributed.trainer_ranks - 1 Ray actors (placed where the rollout workers' placement
-    group set aside room for them)."""
-    if cfg.distributed.backend == "ray" and cfg.distributed.trainer_ranks > 1:
-        from rlvr.distributed.ray_trainer import RayUpdateGroup
-
-        return RayUpdateGroup(
-            cfg, tokenizer, model_path, source.trainer_bundles, source.actor_options, model
-        )
-    return LocalUpdate(cfg, model)
+def build_update_group(
+    cfg: Config, tokenizer, model_path: str, source: RolloutSource, model
+) -> UpdateGroup:
+    """Who runs the policy update of `model` and holds its optimizer, by distributed.backend."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.update_group(cfg, tokenizer, model_path, source, model)
 
 
 def sampling_params(cfg: Config) -> SamplingParams:
