@@ -18,8 +18,8 @@ import time
 
 import torch
 
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import PRESETS, build_model, build_tokenizer
-from rlvr.train.logprobs import token_logprobs
 
 
 def cpu_info() -> dict:

@@ -44,7 +44,7 @@ def plain(logits: torch.Tensor, targets: torch.Tensor):
 
 
 def chunked(logits: torch.Tensor, targets: torch.Tensor):
-    from rlvr.train.logprobs import ChosenLogprobs
+    from rlvr.models.logprobs import ChosenLogprobs
 
     return ChosenLogprobs.apply(logits, targets, 1.0, True)
 

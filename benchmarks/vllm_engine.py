@@ -25,12 +25,12 @@ import transformers
 
 from rlvr.config import LoraSettings, VLLMSettings
 from rlvr.models.loading import load_model
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.lora import adapter_state_dict, apply_lora
 from rlvr.models.scratch import build_scratch_model
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine, eos_ids
 from rlvr.rollout.vllm_engine import VLLMEngine, policy_weights
-from rlvr.train.logprobs import token_logprobs
 
 
 def cpu_model() -> str:

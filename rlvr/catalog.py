@@ -9,10 +9,21 @@ from pathlib import Path
 
 CACHE = Path(__file__).with_name("catalog.json")
 KINDS = (
-    "advantages", "losses", "kl", "aggregations", "rewards", "tasks", "envs", "methods", "presets",
-)  # fmt: skip
+    "advantages",
+    "losses",
+    "kl",
+    "aggregations",
+    "rewards",
+    "tasks",
+    "envs",
+    "engines",
+    "backends",
+    "methods",
+    "presets",
+)
 PLUGIN_GROUPS = {
-    kind: f"rlvr.{kind}" for kind in ("advantages", "losses", "rewards", "tasks", "methods")
+    kind: f"rlvr.{kind}"
+    for kind in ("advantages", "losses", "rewards", "tasks", "engines", "methods")
 }
 
 
@@ -32,6 +43,10 @@ def registry(kind: str) -> dict:
         from rlvr.tasks import TASKS as found
     elif kind == "envs":
         from rlvr.envs import ENVS as found
+    elif kind == "engines":
+        from rlvr.rollout import ENGINES as found
+    elif kind == "backends":
+        from rlvr.distributed.backends import BACKENDS as found
     elif kind == "methods":
         from rlvr.methods import METHODS as found
     else:

@@ -224,11 +224,12 @@ class VLLMSettings(Section):
 
 
 class RolloutConfig(Section):
-    engine: Literal["hf", "vllm"] = Field(
+    engine: str = Field(
         "hf",
-        description="What samples rollouts: 'hf' (the embedded engine, decoding with the "
-        "training model itself) or 'vllm' (needs `pip install rlvr[vllm]`; gets the policy's "
-        "weights after every update).",
+        description="What samples rollouts, a name from `rlvr list engines`: 'hf' (the embedded "
+        "engine, decoding with the training model itself) or 'vllm' (needs `pip install "
+        "rlvr[vllm]`; gets the policy's weights after every update); or `module:attr`, a "
+        "builder (cfg, model, tokenizer, model_path) -> Engine.",
     )
     vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="vLLM engine settings.")
     batch_size: int = Field(

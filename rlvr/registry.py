@@ -1,4 +1,5 @@
-"""Lookup in the plain-dict registries, with did-you-mean errors and `module:attr` plugins."""
+"""Lookup in the plain-dict registries, with did-you-mean errors and `module:attr` plugins, and
+validation of a component's own params."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import sys
 from importlib.metadata import entry_points
 from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 from rlvr.config import ConfigError, suggest
 
@@ -46,6 +49,28 @@ def lookup(registry: dict[str, Any], name: str, key: str, group: str | None = No
         f"{key} = {name!r} is not registered.{suggest(name, list(registry))} "
         f"Known: {', '.join(sorted(registry))}; or give a 'module:attr' path to your own."
     )
+
+
+def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_known=()) -> Any:
+    """`model(**settings)`, or a ConfigError naming each bad key under `prefix` and the fix."""
+    try:
+        return model.model_validate(settings)
+    except ValidationError as e:
+        known = [f"{prefix}.{k}" for k in [*model.model_fields, *extra_known]]
+        lines = []
+        for err in e.errors():
+            key = ".".join([prefix, *map(str, err["loc"])])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"unknown key '{key}'.{suggest(key, known)}")
+            else:
+                lines.append(f"{key} = {_nested(settings, err['loc'])!r}: {err['msg']}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _nested(settings: Any, loc: tuple) -> Any:
+    for part in loc:
+        settings = settings.get(part) if isinstance(settings, dict) else None
+    return settings
 
 
 def describe(registry: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,8 +1,9 @@
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from rlvr.algos.advantages import ADVANTAGES, grpo
 from rlvr.config import ConfigError
-from rlvr.registry import describe, load_object, lookup
+from rlvr.registry import describe, load_object, lookup, validate_params
 
 
 def documented():
@@ -54,6 +55,29 @@ def test_bad_module_path():
 def test_bad_attribute_path():
     with pytest.raises(ConfigError, match="has no attribute 'nope'"):
         lookup({}, "rlvr.algos.advantages:nope", "algo.advantage")
+
+
+class Inner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    depth: int = 1
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    digits: int = 2
+    inner: Inner = Inner()
+
+
+def test_validate_params_builds_the_params():
+    assert validate_params(Params, {"digits": 3}, "task") == Params(digits=3)
+
+
+def test_validate_params_names_each_bad_key_with_its_fix():
+    with pytest.raises(ConfigError) as e:
+        validate_params(Params, {"digts": 3, "inner": {"depth": "deep"}}, "task", ["name"])
+    msg = str(e.value)
+    assert "unknown key 'task.digts'. Did you mean 'task.digits'" in msg
+    assert "task.inner.depth = 'deep'" in msg
 
 
 def test_describe_first_doc_lines_sorted():

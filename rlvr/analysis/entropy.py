@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.train.logprobs import token_logprobs
+from rlvr.models.logprobs import token_logprobs
 from rlvr.types import Batch, Trajectory
 
 ROWS_PER_PASS = 32  # bounds the logits of one forward pass

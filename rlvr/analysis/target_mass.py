@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout.tokens import Conversation
-from rlvr.train.logprobs import token_logprobs
 from rlvr.types import Problem
 
 ROWS_PER_PASS = 32  # bounds the logits of one forward pass

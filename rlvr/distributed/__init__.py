@@ -1,1 +1,2 @@
-"""Scale-out: data-parallel updates, Ray rollout workers and trainer ranks, asynchronous schedules."""
+"""Scale-out: backends behind two seams (base.py), picked from backends.BACKENDS: in-process
+(local.py), or Ray rollout workers and trainer ranks; data-parallel and sharded updates."""

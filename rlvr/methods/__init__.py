@@ -9,9 +9,8 @@ from rlvr.methods.repexp import RepExp
 from rlvr.methods.rfpo import RFPO
 from rlvr.methods.rgpo import RGPO
 from rlvr.methods.river import River
-from rlvr.registry import lookup
+from rlvr.registry import lookup, validate_params
 from rlvr.train.hooks import Method, Methods
-from rlvr.train.setup import validate_params
 
 
 def build_methods(cfg: Config, task) -> Methods:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.models.lora import unwrapped
+from rlvr.models.shared_prefix import cache_keyword
 from rlvr.rollout.engine import Completion, SamplingParams, is_greedy
 from rlvr.rollout.kv_cache import make_room
 
@@ -42,13 +41,6 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
     configured = getattr(model.generation_config, "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
-
-
-def cache_keyword(model: PreTrainedModel) -> str:
-    """The forward's KV-cache argument (and output field): transformers 5 renamed
-    `past_key_values` to `cache`. A LoRA wrapper forwards any keyword, so ask the model inside."""
-    parameters = inspect.signature(unwrapped(model).forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class HFEngine:

@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
+from rlvr.tasks.thread_tags import TAGS
 from rlvr.types import ThreadRow
 
-TAGS = ("Parallel", "Outlines", "Subtask", "Trial", "Thread")
-TAG_TOKENS = tuple(t for name in TAGS for t in (f"<{name}>", f"</{name}>"))
 _TAG = re.compile(r"<(/?)(" + "|".join(TAGS) + r")>")
 
 Counter = Callable[[int, int], int]  # tokens in the trace's characters [start, end)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlvr.registry import lookup, validate_params
 from rlvr.tasks.base import seeded_rng
 from rlvr.types import Message, Problem
 
@@ -48,10 +49,7 @@ class MixTask:
     Params = MixParams
 
     def __init__(self, params: MixParams, seed: int, eval_size: int):
-        # Imported here: the registry imports this module, and setup imports the registry.
-        from rlvr.registry import lookup
-        from rlvr.tasks import TASKS
-        from rlvr.train.setup import validate_params
+        from rlvr.tasks import TASKS  # imported here: rlvr.tasks imports this module
 
         self.seed = seed
         self.members = {}

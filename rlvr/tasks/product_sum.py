@@ -7,9 +7,9 @@ import random
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.rollout.parallel import TAG_TOKENS
 from rlvr.tasks.arithmetic import _add, _mul_digit
 from rlvr.tasks.base import GeneratedTask
+from rlvr.tasks.thread_tags import TAG_TOKENS
 from rlvr.types import Problem
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from rlvr.distributed.data_parallel import by_length
-from rlvr.train.shared_prefix import Prompts, worth_sharing
+from rlvr.models.shared_prefix import Prompts, worth_sharing
+from rlvr.train.batching import by_length
 from rlvr.types import Batch, Trajectory
 
 # The phases of step(), in order; they partition it, so their times add up to time/step.

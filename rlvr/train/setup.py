@@ -6,36 +6,30 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
-from rlvr.config import Config, ConfigError, suggest
+from rlvr.config import Config, ConfigError
+from rlvr.distributed.backends import BACKENDS
+from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
-from rlvr.distributed.source import InProcessRollout, RolloutSource
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.loading import ModelNotFoundError, load_frozen
-from rlvr.registry import lookup
+from rlvr.registry import lookup, validate_params
 from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
-from rlvr.rollout import Engine, EpisodeRunner, HFEngine, SamplingParams
+from rlvr.rollout import ENGINES, Engine, EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine
-from rlvr.rollout.hf_engine import eos_ids
 from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
-from rlvr.rollout.replay import ReplayEngine
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
-from rlvr.rollout.vllm_engine import VLLMEngine
 from rlvr.tasks import TASKS
 from rlvr.tasks.base import Task
 from rlvr.tasks.paraphrase import Paraphrased
 from rlvr.train.hooks import Methods
-from rlvr.train.update import LocalUpdate
 from rlvr.types import Problem, Score
 
 RewardFn = Callable[[Problem, str], Score]
@@ -71,28 +65,6 @@ class Components:
     requires: frozenset[str] = frozenset()  # optional AdvInputs fields the estimator reads
     min_group_size: int = 1  # smallest group the estimator can compare within
     methods: Methods = field(default_factory=Methods)  # the research methods of cfg.methods
-
-
-def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_known=()) -> Any:
-    """`model(**settings)`, or a ConfigError naming each bad key under `prefix` and the fix."""
-    try:
-        return model.model_validate(settings)
-    except ValidationError as e:
-        known = [f"{prefix}.{k}" for k in [*model.model_fields, *extra_known]]
-        lines = []
-        for err in e.errors():
-            key = ".".join([prefix, *map(str, err["loc"])])
-            if err["type"] == "extra_forbidden":
-                lines.append(f"unknown key '{key}'.{suggest(key, known)}")
-            else:
-                lines.append(f"{key} = {_nested(settings, err['loc'])!r}: {err['msg']}")
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
-
-
-def _nested(settings: Any, loc: tuple) -> Any:
-    for part in loc:
-        settings = settings.get(part) if isinstance(settings, dict) else None
-    return settings
 
 
 def build_task(cfg: Config) -> Task:
@@ -140,6 +112,7 @@ def build_rewards(cfg: Config, verifiers: list[str]) -> dict[str, RewardFn]:
 
 
 def build_components(cfg: Config) -> Components:
+    lookup(ENGINES, cfg.rollout.engine, "rollout.engine", group="rlvr.engines")  # before any work
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"rollout.engine = 'vllm', but vLLM is not installed. Fix: {VLLM_INSTALL}, or "
@@ -260,46 +233,21 @@ def env_factory(components: Components) -> Callable[[], Env]:
 
 
 def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
-    """The rollout engine of rollout.engine: the embedded one decodes with `model` itself; vLLM
-    loads the architecture from `model_path` and takes `model`'s weights at each sync. With
-    rollout.dispatch_threads, every call (training, eval, `rlvr eval`) dispatches Parason's
-    parallel regions."""
-    r = cfg.rollout
-    if r.engine == "hf":
-        engine = HFEngine(model, tokenizer, r.max_batch_size)
-    else:
-        engine = VLLMEngine(
-            model_path, tokenizer, eos_ids(model, tokenizer), r.vllm, cfg.model.dtype,
-            r.max_batch_size, cfg.model.trust_remote_code, cfg.train.seed,
-            lora_rank=cfg.model.lora.r if r.vllm.lora_sync == "adapter" else 0,
-        )  # fmt: skip
-    return DispatchingEngine(engine, tokenizer) if r.dispatch_threads else engine
+    """The rollout engine of rollout.engine: a name in ENGINES (`rlvr list engines`), an entry
+    point of group rlvr.engines or a `module:attr` builder, called as (cfg, model, tokenizer,
+    model_path). With rollout.dispatch_threads, every call (training, eval, `rlvr eval`)
+    dispatches Parason's parallel regions."""
+    build = lookup(ENGINES, cfg.rollout.engine, "rollout.engine", group="rlvr.engines")
+    engine = build(cfg, model, tokenizer, model_path)
+    return DispatchingEngine(engine, tokenizer) if cfg.rollout.dispatch_threads else engine
 
 
 def build_rollout_source(
     cfg: Config, model, tokenizer, components: Components, model_path: str
 ) -> RolloutSource:
-    """Where samples come from: this process's engine, or Ray rollout workers (each builds its
-    own engine and runners from the same config)."""
-    if cfg.distributed.backend == "ray":
-        from rlvr.distributed.ray_partial import PartialRayRollout
-        from rlvr.distributed.ray_rollout import RayRollout
-
-        source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
-        return source(cfg, tokenizer, model_path, sampling_params(cfg))
-    engine = build_engine(cfg, model, tokenizer, model_path)
-    sampler = engine
-    if cfg.rollout.branch_model:
-        sampler = branching_engine(cfg, engine, model, tokenizer)
-    elif cfg.rollout.replay:
-        sampler = ReplayEngine(cfg.rollout.replay, tokenizer, tokenizer.eos_token_id)
-    runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
-    evaluator = (
-        make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
-        if sampler is not engine or cfg.rollout.tree_width
-        else runner
-    )  # eval measures the policy alone: no tree, no weak branches, no logged replies
-    return InProcessRollout(engine, runner, evaluator)
+    """Where samples come from: the rollout source of distributed.backend (BACKENDS)."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.source(cfg, model, tokenizer, components, model_path)
 
 
 def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> BranchingEngine:
@@ -310,17 +258,12 @@ def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> Branching
     return BranchingEngine(engine, weak_engine, tokenizer, r.branch_tokens, r.branch_share)
 
 
-def build_update_group(cfg: Config, tokenizer, model_path: str, source: RolloutSource, model):
-    """Who runs the policy update of `model` and holds its optimizer: this process, or it and
-    distributed.trainer_ranks - 1 Ray actors (placed where the rollout workers' placement
-    group set aside room for them)."""
-    if cfg.distributed.backend == "ray" and cfg.distributed.trainer_ranks > 1:
-        from rlvr.distributed.ray_trainer import RayUpdateGroup
-
-        return RayUpdateGroup(
-            cfg, tokenizer, model_path, source.trainer_bundles, source.actor_options, model
-        )
-    return LocalUpdate(cfg, model)
+def build_update_group(
+    cfg: Config, tokenizer, model_path: str, source: RolloutSource, model
+) -> UpdateGroup:
+    """Who runs the policy update of `model` and holds its optimizer, by distributed.backend."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.update_group(cfg, tokenizer, model_path, source, model)
 
 
 def sampling_params(cfg: Config) -> SamplingParams:

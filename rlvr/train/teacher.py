@@ -8,9 +8,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.config import AlgoConfig, ConfigError
-from rlvr.distributed.data_parallel import by_length
 from rlvr.models.loading import load_frozen
-from rlvr.train.logprobs import Gather
+from rlvr.models.logprobs import Gather
+from rlvr.train.batching import by_length
 from rlvr.train.update import (
     TeacherTopK,
     batch_logprobs,

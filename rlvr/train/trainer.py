@@ -23,6 +23,7 @@ from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, ConfigError, dump_config
 from rlvr.models.loading import load_model, resolve_device
+from rlvr.models.logprobs import autocast
 from rlvr.models.lora import (
     apply_lora,
     check_targets_early,
@@ -54,7 +55,6 @@ from rlvr.train.faults import (
 )
 from rlvr.train.hooks import Run, Step
 from rlvr.train.loggers import Trackers, check_installed
-from rlvr.train.logprobs import autocast
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
 from rlvr.train.parallel import parallel_on, parallel_shaping, with_threads

@@ -19,11 +19,11 @@ from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import AlgoConfig, Config
-from rlvr.distributed.data_parallel import SINGLE, DataParallel, by_length
+from rlvr.distributed.data_parallel import SINGLE, DataParallel
+from rlvr.models.logprobs import Gather, LogNormaliser, autocast, token_logprobs
 from rlvr.models.lora import trainable_state_dict
-from rlvr.train.checkpoint import Restored
-from rlvr.train.logprobs import Gather, LogNormaliser, autocast, token_logprobs
-from rlvr.train.shared_prefix import Prompts, find_prompts, worth_sharing
+from rlvr.models.shared_prefix import Prompts, find_prompts, worth_sharing
+from rlvr.train.batching import by_length
 from rlvr.types import Batch
 
 if TYPE_CHECKING:
@@ -390,32 +390,3 @@ def normalisers(loss_mask: torch.Tensor, algo: AlgoConfig) -> tuple[float, int]:
 
 def _finite(value: float) -> bool:
     return value == value and abs(value) != float("inf")
-
-
-class LocalUpdate:
-    """The update group of one process: its optimizer and scheduler step the policy itself."""
-
-    def __init__(self, cfg: Config, model: PreTrainedModel) -> None:
-        self.cfg = cfg
-        self.optimizer = make_optimizer(cfg, model)
-        self.scheduler = make_scheduler(cfg, self.optimizer)
-
-    def load(self, model, restored: Restored | None) -> None:
-        """Take a resumed run's optimizer and scheduler state (None: a fresh start)."""
-        if restored is not None:
-            self.optimizer.load_state_dict(restored.optimizer)
-            self.scheduler.load_state_dict(restored.scheduler)
-
-    def update(self, model, data: UpdateInputs, loss_fn, kl_fn, generator) -> UpdateResult:
-        return policy_update(
-            model, self.optimizer, self.scheduler, data, self.cfg, loss_fn, kl_fn, generator
-        )
-
-    def scale_lr(self, factor: float) -> None:
-        scale_lr(self.optimizer, self.scheduler, factor)
-
-    def describe(self) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        return None

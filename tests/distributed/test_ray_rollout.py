@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlvr.config import load_config
+from rlvr.distributed.local import InProcessRollout
 from rlvr.distributed.ray_rollout import RayRollout, RolloutTimeoutError
-from rlvr.distributed.source import InProcessRollout
 from rlvr.rollout import HFEngine
 from rlvr.train.setup import build_components, make_runner, sampling_params
 from rlvr.train.trainer import Trainer

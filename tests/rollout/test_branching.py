@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from rlvr.config import load_config
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine, branch_metrics
 from rlvr.rollout.tokens import Conversation, encode_prompt
-from rlvr.train.logprobs import token_logprobs
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 

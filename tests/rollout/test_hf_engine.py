@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
+from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.hf_engine import sampling_logprobs
 from rlvr.rollout.tokens import encode_prompt
-from rlvr.train.logprobs import token_logprobs
 
 
 def prompts_for(tokenizer, texts):

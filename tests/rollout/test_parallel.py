@@ -6,7 +6,6 @@ import pytest
 from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout.engine import Completion, SamplingParams
 from rlvr.rollout.parallel import (
-    TAG_TOKENS,
     DispatchingEngine,
     TraceError,
     blind_threads,
@@ -16,6 +15,7 @@ from rlvr.rollout.parallel import (
     parse_trace,
     trace_stats,
 )
+from rlvr.tasks.thread_tags import TAG_TOKENS
 
 TOKENIZER = build_tokenizer(TAG_TOKENS)  # each tag one token, every other character one token
 

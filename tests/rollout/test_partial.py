@@ -4,10 +4,10 @@ import threading
 import torch
 
 from rlvr.envs.single_turn import SingleTurnEnv
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import build_model
 from rlvr.rollout import EpisodeRunner, HFEngine, SamplingParams
 from rlvr.rollout.partial import PartialRunner
-from rlvr.train.logprobs import token_logprobs
 from rlvr.types import Problem, StepResult
 
 from .test_runner import EchoEnv, length_reward

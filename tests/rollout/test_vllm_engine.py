@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from rlvr.config import LoraSettings, VLLMSettings
+from rlvr.models.logprobs import token_logprobs
 from rlvr.models.lora import apply_lora
 from rlvr.models.tiny import build_model
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine, eos_ids, sampling_logprobs
-from rlvr.train.logprobs import token_logprobs
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip(

@@ -8,7 +8,7 @@ from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.models.tiny import build_tokenizer
 from rlvr.rollout import EpisodeRunner, SamplingParams
 from rlvr.rollout.engine import Completion
-from rlvr.rollout.parallel import TAG_TOKENS
+from rlvr.tasks.thread_tags import TAG_TOKENS
 from rlvr.train.evaluate import difficulty, evaluate
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Score

@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from rlvr.config import LoraSettings, load_config
 from rlvr.models.lora import apply_lora
+from rlvr.models.shared_prefix import find_prompts
 from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train.profile import (
@@ -22,7 +23,6 @@ from rlvr.train.profile import (
     step_total,
     utilisation,
 )
-from rlvr.train.shared_prefix import find_prompts
 from rlvr.train.trainer import Trainer
 from rlvr.types import Batch, Problem, Trajectory
 

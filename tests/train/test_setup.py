@@ -8,7 +8,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards.penalties import LengthPenalty
-from rlvr.train.setup import build_components
+from rlvr.train.setup import build_components, build_engine
 from rlvr.types import Problem
 
 
@@ -102,6 +102,24 @@ def test_the_vllm_engine_without_vllm_stops_before_any_work(monkeypatch):
     )
     with pytest.raises(ConfigError, match=r"vLLM is not installed.*vllm_cpu_tests\.sh"):
         build_components(load_config(None, ["rollout.engine=vllm"]))
+
+
+def test_an_unknown_engine_names_the_key_and_the_closest_name():
+    with pytest.raises(ConfigError, match=r"rollout.engine = 'vlm'.*Did you mean 'vllm'"):
+        build_engine(load_config(None, ["rollout.engine=vlm"]), None, None, "unused")
+    with pytest.raises(ConfigError, match=r"rollout.engine = 'vlm'"):  # and before any work
+        build_components(load_config(None, ["rollout.engine=vlm"]))
+
+
+def test_a_module_attr_engine_builder_builds_the_engine(tmp_path, monkeypatch):
+    (tmp_path / "my_engine_for_test.py").write_text(
+        "def build(cfg, model, tokenizer, model_path):\n"
+        "    return ('my engine', cfg.rollout.max_batch_size, model, tokenizer, model_path)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(None, ["rollout.engine=my_engine_for_test:build", "rollout.max_batch_size=7"])
+    built = build_engine(cfg, "model", "tokenizer", "path")
+    assert built == ("my engine", 7, "model", "tokenizer", "path")
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,9 @@ import torch
 
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import LoraSettings, load_config
-from rlvr.distributed.data_parallel import by_length
+from rlvr.models.logprobs import LogNormaliser, token_logprobs
 from rlvr.models.lora import apply_lora
-from rlvr.train.logprobs import LogNormaliser, token_logprobs
-from rlvr.train.shared_prefix import Prompts, find_prompts, to_columns, worth_sharing
+from rlvr.models.shared_prefix import Prompts, find_prompts, to_columns, worth_sharing
 from rlvr.train.update import UpdateInputs, batch_logprobs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
@@ -58,13 +57,6 @@ def test_prompts_are_the_tokens_before_the_first_policy_input(tokenizer):
     assert find_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask).unit.tolist() == [
         0, 1, 0, 2, 2, 2, 3, 3, 3,
     ]  # fmt: skip
-
-
-def test_a_prompts_rows_stay_together_longest_prompt_group_first():
-    lengths = torch.tensor([5, 9, 4, 7, 8, 3])
-    units = torch.tensor([0, 1, 0, 1, 2, 2])
-    assert by_length(torch.arange(6), lengths, units).tolist() == [1, 3, 4, 5, 0, 2]
-    assert by_length(torch.arange(6), lengths).tolist() == [1, 4, 3, 0, 2, 5]
 
 
 def test_to_columns_places_suffix_values_and_zeros_the_rest():

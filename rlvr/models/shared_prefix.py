@@ -3,11 +3,20 @@ through the model once, and its KV cache (with grad) serves every sample of the 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
-from rlvr.rollout.hf_engine import cache_keyword
+from rlvr.models.lora import unwrapped
+
+
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The forward's KV-cache argument (and output field): transformers 5 renamed
+    `past_key_values` to `cache`. A LoRA wrapper forwards any keyword, so ask the model inside."""
+    parameters = inspect.signature(unwrapped(model).forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from rlvr.train.shared_prefix import Prompts, shared_logits, to_columns
+from rlvr.models.shared_prefix import Prompts, shared_logits, to_columns
 
 CHUNK_ELEMENTS = 1 << 24  # logits entries upcast to float32 at a time (64 MB)
 

@@ -2,8 +2,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlvr.train import logprobs
-from rlvr.train.logprobs import ChosenLogprobs, Gather, chunks, token_logprobs
+from rlvr.models import logprobs
+from rlvr.models.logprobs import ChosenLogprobs, Gather, chunks, token_logprobs
 
 
 def reference(logits, targets, temperature):
