@@ -8,6 +8,7 @@ from rlvr.algos.advantages import ADVANTAGES
 from rlvr.algos.kl import KL_ESTIMATORS
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import ConfigError, load_config
+from rlvr.methods import METHODS
 from rlvr.rewards import REWARDS
 from rlvr.train.trainer import Trainer
 from rlvr.types import Score
@@ -40,6 +41,8 @@ def test_every_estimator_trains(name, fast_overrides, monkeypatch):
     extra = ["rollout.tree_width=2"] if trees else []
     if getattr(ADVANTAGES[name], "q_targets", False):  # Bellman targets go with their loss
         extra.append("algo.loss=soft_q")
+    requires = set(getattr(ADVANTAGES[name], "requires", ()))  # a method fills what it needs
+    extra += [f"methods.{m}={{}}" for m, cls in METHODS.items() if requires & cls.provides]
     _, moved = two_steps(fast_overrides, monkeypatch, f"algo.advantage={name}", *extra)
     assert moved
 
