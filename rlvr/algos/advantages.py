@@ -201,7 +201,7 @@ def poise(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     b_i = mean_{j != i} g(z_j), so the baseline never sees rollout i's own features and the
     policy gradient stays unbiased; with predictions = rewards this is exactly rloo (the
     trainer's bootstrap). A group of one gets 0."""
-    source = "the trainer fills from its hidden-state probe (rlvr.models.probe)"
+    source = "methods.poise fills from its hidden-state probe (rlvr/methods/poise.py)"
     predictions = _require(inputs, "probe_predictions", "poise", source).double()
     rewards = inputs.rewards.double()
     _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
