@@ -114,7 +114,11 @@ class Method:
         return None
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError(f"{type(self).__name__} saved state but cannot load it")
+        """Take back what `state_dict` saved: a method that saves state must override both."""
+        raise TypeError(
+            f"{type(self).__name__}.state_dict saved state for the checkpoint, but the method has "
+            "no load_state_dict to resume from it; fix: give it one"
+        )
 
 
 @dataclass
