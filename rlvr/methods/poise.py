@@ -9,18 +9,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.algos.advantages import ADVANTAGES, AdvInputs, sibling_mean
 from rlvr.analysis.probes import last_mean
 from rlvr.config import ConfigError
 from rlvr.registry import lookup
-from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.hooks import Method, MethodParams, Run, Step
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Params(MethodParams):
     layer: int = Field(
         -1,
         ge=-1,

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.config import ConfigError
-from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.hooks import Method, MethodParams, Run, Step
 from rlvr.train.profile import timed
 from rlvr.train.reference import ReferencePolicy
 from rlvr.types import Batch
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Params(MethodParams):
     beta: float = Field(
         0.01,
         gt=0,

@@ -9,18 +9,16 @@ import random
 from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.algos.advantages import at_last_policy_token
 from rlvr.config import ConfigError
-from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.hooks import Method, MethodParams, Run, Step
 from rlvr.train.profile import timed
 from rlvr.types import Batch, Trajectory
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Params(MethodParams):
     label_steps: int = Field(
         10,
         ge=1,

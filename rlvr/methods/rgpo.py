@@ -6,20 +6,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.config import ConfigError
 from rlvr.tasks.hints import hinted, rationale_segments
-from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.hooks import Method, MethodParams, Run, Step
 from rlvr.train.update import Imitation, UpdateInputs
 from rlvr.types import Batch, Problem, Trajectory
 
 GUIDED_STREAM = 3  # sampling seeds of the hinted re-rollouts (eval samples on 1, River's on 2)
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Params(MethodParams):
     segments: int = Field(
         4,
         ge=1,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rlvr.algos.filters import consistent_verifiers, solved_within
 from rlvr.config import Config, ConfigError
@@ -20,7 +20,7 @@ from rlvr.models.loading import load_model, resolve_device
 from rlvr.registry import load_object
 from rlvr.rollout.runner import safe_step
 from rlvr.tasks.base import EpochOrder, Task
-from rlvr.train.hooks import Method, Run, Step
+from rlvr.train.hooks import Method, MethodParams, Run, Step
 from rlvr.train.setup import Components, env_factory, make_runner
 from rlvr.types import Message, Problem, Trajectory
 
@@ -29,9 +29,7 @@ FILTER_STREAM = 2  # sampling seeds apart from training's (0) and eval's (1)
 Policy = Callable[[list[Message]], str]  # the conversation so far -> the next reply
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Params(MethodParams):
     filter: list[Literal["verifier_consistent", "solvable"]] = Field(
         default_factory=lambda: ["verifier_consistent", "solvable"],
         description="Screen `pool` train problems before RL and train only on those kept: "

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from rlvr.train.update import UpdateInputs
 
 
-class NoParams(BaseModel):
+class MethodParams(BaseModel):
+    """A method's own settings, its table under `methods.<name>`: a mistyped key is an error."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -64,7 +66,7 @@ class Method:
     """A research method: its own typed `Params` (under `methods.<name>` in the config) and the
     hooks it overrides; every hook does nothing by default."""
 
-    Params: ClassVar[type[BaseModel]] = NoParams
+    Params: ClassVar[type[BaseModel]] = MethodParams
     reads_labels: ClassVar[bool] = False  # reads the verifier's scores: a label-free run refuses
     provides: ClassVar[frozenset[str]] = frozenset()  # optional AdvInputs fields it fills
 

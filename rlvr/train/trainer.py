@@ -624,16 +624,15 @@ class Trainer:
         segments: tuple[torch.Tensor | None, torch.Tensor | None],
         components: tuple[torch.Tensor | None, torch.Tensor | None],
         timings: dict[str, float],
-        advantage_offsets: torch.Tensor | None = None,
-        threads: tuple[Batch, torch.Tensor] | None = None,
-        step: Step | None = None,
+        advantage_offsets: torch.Tensor | None,
+        threads: tuple[Batch, torch.Tensor] | None,
+        step: Step,
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
         `threads` is `batch` with Parason's thread rows after it, and each one's episode row:
         logprobs cover every row, advantages are the episodes' and broadcast to their threads."""
         cfg = self.cfg
         rows, episodes = threads if threads is not None else (batch, None)
-        step = step or Step(self.state["step"], [], {}, timings, batch)
         values = step.values
 
         def episode_part(x: torch.Tensor | None) -> torch.Tensor | None:  # [len(rows), ...]
