@@ -103,6 +103,7 @@ def load_for_eval(
     )
     loaded = loaded.to(resolve_device(cfg.model.device))
     engine = build_engine(cfg, loaded, tokenizer, model_path)  # rollout.engine=vllm works too
+    engine = components.methods.engine(engine, loaded, tokenizer, training=False)
     runner_ = make_runner(cfg, loaded, tokenizer, components, engine=engine)
     return Loaded(cfg, components, loaded, tokenizer, runner_)
 

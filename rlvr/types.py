@@ -48,10 +48,11 @@ class StepResult:
 
 
 @dataclass
-class ThreadRow:
-    """A Parason thread dispatched blind to its siblings, trained as its own sequence: the
-    context it was generated from (prompt, the trace before its region, its opening), then its
-    tokens. Per-token fields are aligned with `token_ids`, as in a Trajectory."""
+class SideRow:
+    """Tokens an episode sampled in a context other than its own token_ids (e.g. a Parason
+    thread dispatched blind to its siblings), trained as a sequence of their own with the
+    episode's advantage: that context, then the tokens. Per-token fields are aligned with
+    `token_ids`, as in a Trajectory."""
 
     token_ids: list[int]
     loss_mask: list[int]
@@ -82,12 +83,10 @@ class Trajectory:
     # the policy version (updates done) that sampled each token, aligned with token_ids; -1 on
     # tokens the policy did not generate
     versions: list[int] = field(default_factory=list)
-    # response tokens kept out of loss_mask: the policy's around a W2SPO branch, and a Parason
-    # trace's threads trained as their own rows (with the dispatcher's thread openings)
+    # response tokens the engine generated but kept out of loss_mask (Completion.trained)
     untrained_tokens: int = 0
-    # Parason's dispatched threads that its own tokens do not hold as generated (every thread
-    # after a region's first, which saw no sibling); they take the episode's advantage
-    threads: list[ThreadRow] = field(default_factory=list)
+    # what the episode sampled in other contexts, trained as rows of their own (SideRow)
+    side_rows: list[SideRow] = field(default_factory=list)
 
     def stamp(self, version: int) -> None:
         """Record that the policy at `version` generated every policy token."""

@@ -297,27 +297,3 @@ def test_partial_rollouts_accepted_with_their_prerequisites():
     assert cfg.rollout.partial_tokens == 8
 
 
-@pytest.mark.parametrize(
-    ("overrides", "names"),
-    [
-        (["algo.weight_samples=3"], ["rollout.group_size = 8", "divisor"]),
-        (["algo.weight_samples=2"], ["algo.tis=sequence_mask"]),
-        (
-            ["algo.weight_samples=2", "algo.tis=sequence_mask", "rollout.tree_width=2"],
-            ["rollout.tree_width", "algo.weight_samples=0"],
-        ),
-        (
-            ["algo.weight_samples=2", "algo.tis=sequence_mask", "distributed.backend=ray"],
-            ["distributed.backend=ray samples otherwise"],
-        ),
-    ],
-)
-def test_weight_samples_that_cannot_work_name_the_fix(overrides, names):
-    with pytest.raises(ConfigError) as e:
-        load_config(None, overrides)
-    assert all(name in str(e.value) for name in names), str(e.value)
-
-
-def test_c3pos_recipe_loads_with_its_prerequisites():
-    cfg = load_config(Path("examples/recipes/c3po.toml"))
-    assert cfg.algo.weight_samples and cfg.algo.tis == "sequence_mask" and cfg.model.lora.r > 0

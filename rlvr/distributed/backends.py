@@ -15,18 +15,18 @@ class Local:
     @staticmethod
     def source(cfg: Config, model, tokenizer, components, model_path: str) -> RolloutSource:
         # imported here: the wiring imports this module to pick the backend
-        from rlvr.train.setup import branching_engine, build_engine, make_runner
+        from rlvr.train.setup import build_engine, make_runner
 
         engine = build_engine(cfg, model, tokenizer, model_path)
-        sampler = engine
-        if cfg.rollout.branch_model:
-            sampler = branching_engine(cfg, engine, model, tokenizer)
-        elif cfg.rollout.replay:
+        methods = components.methods
+        evaluating = methods.engine(engine, model, tokenizer, training=False)
+        sampler = methods.engine(engine, model, tokenizer, training=True)
+        if cfg.rollout.replay:
             sampler = ReplayEngine(cfg.rollout.replay, tokenizer, tokenizer.eos_token_id)
         runner = make_runner(cfg, model, tokenizer, components, engine=sampler)
         evaluator = (
-            make_runner(cfg, model, tokenizer, components, trees=False, engine=engine)
-            if sampler is not engine or cfg.rollout.tree_width
+            make_runner(cfg, model, tokenizer, components, trees=False, engine=evaluating)
+            if sampler is not evaluating or cfg.rollout.tree_width
             else runner
         )  # eval measures the policy alone: no tree, no weak branches, no logged replies
         return InProcessRollout(engine, runner, evaluator)

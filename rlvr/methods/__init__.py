@@ -4,11 +4,15 @@ rlvr/train/hooks.py: `METHODS` maps a name under `methods.<name>` in the config 
 from __future__ import annotations
 
 from rlvr.config import Config
+from rlvr.methods.c3po import C3PO
+from rlvr.methods.direct_opd import DirectOPD
+from rlvr.methods.parason import Parason
 from rlvr.methods.poise import POISE
 from rlvr.methods.repexp import RepExp
 from rlvr.methods.rfpo import RFPO
 from rlvr.methods.rgpo import RGPO
 from rlvr.methods.river import River
+from rlvr.methods.w2spo import W2SPO
 from rlvr.registry import lookup, validate_params
 from rlvr.train.hooks import Method, Methods
 
@@ -28,9 +32,13 @@ def build_methods(cfg: Config, task) -> Methods:
 
 
 METHODS: dict[str, type[Method]] = {
+    "c3po": C3PO,
+    "direct_opd": DirectOPD,
+    "parason": Parason,
     "poise": POISE,
     "repexp": RepExp,
     "rfpo": RFPO,
     "rgpo": RGPO,
     "river": River,
+    "w2spo": W2SPO,
 }

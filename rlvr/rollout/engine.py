@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 from transformers import PreTrainedModel
 
-from rlvr.types import ThreadRow
+from rlvr.types import SideRow
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class Completion:
     text: str = field(default="")
     # 1 on the tokens the update trains on; None: all of them (W2SPO trains a weak branch only)
     trained: list[int] | None = None
-    # Parason: the threads dispatched blind to their siblings that train as their own sequences;
-    # None: the call dispatched nothing (an empty list: it did, and every thread is in token_ids)
-    threads: list[ThreadRow] | None = None
+    # tokens sampled in other contexts, trained as their own rows (Parason's blind threads);
+    # None: the call sampled none (an empty list: it could have, and did not need to)
+    side_rows: list[SideRow] | None = None
 
 
 class Engine(Protocol):

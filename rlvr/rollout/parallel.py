@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
 from rlvr.tasks.thread_tags import TAGS
-from rlvr.types import ThreadRow
+from rlvr.types import SideRow
 
 _TAG = re.compile(r"<(/?)(" + "|".join(TAGS) + r")>")
 
@@ -227,7 +227,7 @@ class ParallelEpisode:
     # first thread); the other threads saw only the trace before their region
     logprobs: list[float] = field(default_factory=list)
     trained: list[int] = field(default_factory=list)
-    rows: list[ThreadRow] = field(default_factory=list)  # those other threads, as sequences
+    rows: list[SideRow] = field(default_factory=list)  # those other threads, as sequences
 
 
 def _outlines(text: str) -> int:
@@ -287,7 +287,7 @@ def generate_parallel(
         for (i, k, _), context, head, out in zip(jobs, contexts, heads, outs):
             episode = episodes[i]
             if k:  # its context is the trace before the region, which the episode has moved past
-                episode.rows.append(ThreadRow(
+                episode.rows.append(SideRow(
                     context + out.token_ids, [0] * len(context) + [1] * len(out.token_ids),
                     [0.0] * len(context) + list(out.logprobs),
                 ))  # fmt: skip
@@ -315,7 +315,7 @@ class DispatchingEngine:
     """The policy's engine, with every call's parallel regions dispatched as blind sibling
     threads (`generate_parallel`). A completion trains on the tokens the assembled trace holds as
     generated (the main path and each region's first thread); every later thread comes with it
-    as its own sequence (`Completion.threads`), so each token is trained on exactly the context
+    as its own sequence (`Completion.side_rows`), so each token is trained on exactly the context
     it was sampled from."""
 
     def __init__(self, engine: Engine, tokenizer):

@@ -13,7 +13,7 @@ from rlvr.envs.base import Env
 from rlvr.rollout.engine import Completion, Engine, SamplingParams, sample_seed
 from rlvr.rollout.tokens import Conversation
 from rlvr.rollout.weight_noise import WeightNoise, weight_sample_of
-from rlvr.types import Message, Problem, StepResult, ThreadRow, Trajectory
+from rlvr.types import Message, Problem, SideRow, StepResult, Trajectory
 
 WEIGHT_NOISE_STREAM = 7  # seeds 3PO's weight draws apart from the replies' own sampling seeds
 
@@ -31,7 +31,7 @@ class Episode:
     rewards: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
-    threads: list[ThreadRow] = field(default_factory=list)
+    side_rows: list[SideRow] = field(default_factory=list)
     finish_reason: str = "eos"
     done: bool = False
 
@@ -56,7 +56,7 @@ class Episode:
             response_text="".join(self.texts),
             info=self.info,
             untrained_tokens=c.untrained,
-            threads=self.threads,
+            side_rows=self.side_rows,
         )
 
 
@@ -184,7 +184,7 @@ class EpisodeRunner:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         trained = None if completion.trained is None else completion.trained[:room]
         return Completion(
-            ids, completion.logprobs[:room], "length", text, trained, completion.threads
+            ids, completion.logprobs[:room], "length", text, trained, completion.side_rows
         )
 
     def _record(
@@ -195,8 +195,8 @@ class EpisodeRunner:
         )
         episode.texts.append(completion.text)
         episode.finish_reason = completion.finish_reason
-        if completion.threads is not None:  # Parason's threads, each trained on its own context
-            episode.threads += completion.threads
+        if completion.side_rows is not None:  # each trained on the context it was sampled in
+            episode.side_rows += completion.side_rows
         elif completion.trained is not None:  # trains on part of itself: a W2SPO branch
             episode.info["branched"] = True
         episode.rewards.append(float(result.reward))

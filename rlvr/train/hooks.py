@@ -34,6 +34,7 @@ class Run:
     tokenizer: Any
     components: Any  # train.setup.Components: a method may swap its task (River's screen)
     source: Any  # the RolloutSource; its `evaluator` samples the policy alone
+    updater: Any  # the UpdateGroup; its `optimizer` steps the policy
     critic: Any  # train.critic.Critic, or None without a critic
     say: Callable[[str], None]  # a line for the run's console
 
@@ -81,6 +82,13 @@ class Method:
     def setup(self, run: Run) -> None:
         """Once, before the first step (and before a resumed run loads the method's state)."""
 
+    def engine(self, engine: Any, model: Any, tokenizer: Any, training: bool) -> Any:
+        """The engine this process samples with for training (`training`) or for eval and
+        `rlvr eval`, wrapped by the method (Parason dispatches threads, W2SPO writes weak
+        branches); built before `setup`. Ray's workers build their own engines: a method that
+        wraps one refuses Ray in its `check`."""
+        return engine
+
     def after_sample(self, step: Step) -> None:
         """The step's scored rollouts are in; nothing is packed yet."""
 
@@ -98,6 +106,21 @@ class Method:
         is no return)."""
         return None
 
+    def uses_kl(self) -> bool:
+        """The method sets a KL coefficient (`kl_coef`), so the KL estimator is built even at
+        algo.kl_coef = 0."""
+        return False
+
+    def token_rewards(self, step: Step, student: torch.Tensor) -> torch.Tensor | None:
+        """[B, T-1] added to each token's reward before the KL penalty and the advantages;
+        `student` [B, T-1] holds the policy's logprobs of `step.batch` (the old pass's, else the
+        sampler's)."""
+        return None
+
+    def kl_coef(self, step: Step, coef: float) -> float:
+        """The KL coefficient of this step, given the run's (after `token_rewards`)."""
+        return coef
+
     def old_pass(self, step: Step) -> PassObserver | None:
         """An observer of the old policy's logprob pass over `step.batch`, which then runs."""
         return None
@@ -109,7 +132,8 @@ class Method:
         """The advantages are taken: what depended on not having seen this batch may see it."""
 
     def update_inputs(self, step: Step, data: UpdateInputs) -> None:
-        """Add what the method trains on beside the policy loss to the update's inputs."""
+        """Add what the method trains on beside the policy loss to the update's inputs: rows to
+        imitate (`data.imitation`) or a term read off the update's own forward (`data.terms`)."""
 
     def state_dict(self) -> dict | None:
         """What a checkpoint keeps of the method (None: it keeps nothing)."""
@@ -133,6 +157,11 @@ class Methods:
         for method in self.chosen.values():
             method.setup(run)
 
+    def engine(self, engine: Any, model: Any, tokenizer: Any, training: bool) -> Any:
+        for method in self.chosen.values():
+            engine = method.engine(engine, model, tokenizer, training)
+        return engine
+
     def after_sample(self, step: Step) -> None:
         for method in self.chosen.values():
             method.after_sample(step)
@@ -146,6 +175,17 @@ class Methods:
 
     def advantage_offsets(self, step: Step) -> torch.Tensor | None:
         return _summed(method.advantage_offsets(step) for method in self.chosen.values())
+
+    def uses_kl(self) -> bool:
+        return any(method.uses_kl() for method in self.chosen.values())
+
+    def token_rewards(self, step: Step, student: torch.Tensor) -> torch.Tensor | None:
+        return _summed(method.token_rewards(step, student) for method in self.chosen.values())
+
+    def kl_coef(self, step: Step, coef: float) -> float:
+        for method in self.chosen.values():
+            coef = method.kl_coef(step, coef)
+        return coef
 
     def provides(self) -> frozenset[str]:
         """The AdvInputs fields the chosen methods fill."""

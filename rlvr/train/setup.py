@@ -16,13 +16,11 @@ from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
 from rlvr.envs.base import Env
 from rlvr.envs.single_turn import SingleTurnEnv
-from rlvr.models.loading import ModelNotFoundError, load_frozen
+from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import lookup, validate_params
 from rlvr.rewards import REWARDS, by_domain, gated, score_safely, weighted
 from rlvr.rewards.sandbox import SandboxUnavailableError
 from rlvr.rollout import ENGINES, Engine, EpisodeRunner, HFEngine, SamplingParams
-from rlvr.rollout.branching import BranchingEngine
-from rlvr.rollout.parallel import DispatchingEngine
 from rlvr.rollout.partial import PartialRunner
 from rlvr.rollout.tree import TreeRunner, entropy_scorer
 from rlvr.rollout.vllm_engine import INSTALL as VLLM_INSTALL
@@ -190,16 +188,6 @@ def build_components(cfg: Config) -> Components:
                 else "algo.advantage=tree (or rollout.tree_width=0 for independent samples)."
             )
         )
-    if cfg.rollout.dispatch_threads and (
-        hasattr(task, "make_env") or requires & {"values", "probe_predictions"}
-    ):
-        raise ConfigError(
-            "rollout.dispatch_threads trains Parason's threads as extra rows of single-turn "
-            "replies, which take their episode's advantage: it does not combine with a "
-            f"multi-turn task ('{cfg.task.name}' has its own env) or with an estimator that "
-            f"reads per-row values or probes ('{cfg.algo.advantage}'). Fix: a single-turn task "
-            "and a critic-free estimator (rlvr list advantages), or rollout.dispatch_threads=false"
-        )
     if cfg.rollout.replay and hasattr(task, "make_env"):
         raise ConfigError(
             f"rollout.replay answers each prompt with one logged reply, but '{cfg.task.name}' "
@@ -218,7 +206,7 @@ def build_components(cfg: Config) -> Components:
     lookup(AGGREGATIONS, cfg.algo.loss_agg, "algo.loss_agg")
     kl = (
         lookup(KL_ESTIMATORS, cfg.algo.kl_estimator, "algo.kl_estimator")
-        if cfg.algo.kl_coef > 0 or any(cfg.algo.teacher_kl_coefs)
+        if cfg.algo.kl_coef > 0 or methods.uses_kl()
         else None
     )
     return Components(task, reward, verifier, advantage, loss, kl, requires, minimum, methods)
@@ -235,11 +223,9 @@ def env_factory(components: Components) -> Callable[[], Env]:
 def build_engine(cfg: Config, model, tokenizer, model_path: str) -> Engine:
     """The rollout engine of rollout.engine: a name in ENGINES (`rlvr list engines`), an entry
     point of group rlvr.engines or a `module:attr` builder, called as (cfg, model, tokenizer,
-    model_path). With rollout.dispatch_threads, every call (training, eval, `rlvr eval`)
-    dispatches Parason's parallel regions."""
+    model_path); a method may wrap it (`Method.engine`)."""
     build = lookup(ENGINES, cfg.rollout.engine, "rollout.engine", group="rlvr.engines")
-    engine = build(cfg, model, tokenizer, model_path)
-    return DispatchingEngine(engine, tokenizer) if cfg.rollout.dispatch_threads else engine
+    return build(cfg, model, tokenizer, model_path)
 
 
 def build_rollout_source(
@@ -248,14 +234,6 @@ def build_rollout_source(
     """Where samples come from: the rollout source of distributed.backend (BACKENDS)."""
     backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
     return backend.source(cfg, model, tokenizer, components, model_path)
-
-
-def branching_engine(cfg: Config, engine: Engine, model, tokenizer) -> BranchingEngine:
-    """W2SPO: `engine` with rollout.branch_model writing branches into its sampled replies."""
-    r = cfg.rollout
-    weak = load_frozen(r.branch_model, "rollout.branch_model", tokenizer, model.device)
-    weak_engine = HFEngine(weak, tokenizer, r.max_batch_size)
-    return BranchingEngine(engine, weak_engine, tokenizer, r.branch_tokens, r.branch_share)
 
 
 def build_update_group(

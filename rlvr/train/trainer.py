@@ -30,9 +30,8 @@ from rlvr.models.lora import (
     is_lora,
     save_final,
 )
-from rlvr.rollout.branching import branch_metrics
 from rlvr.rollout.tree import segment_tensors
-from rlvr.rollout.weight_noise import WeightNoise
+from rlvr.train.batching import with_side_rows
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
     Restored,
@@ -57,7 +56,6 @@ from rlvr.train.hooks import Run, Step
 from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
-from rlvr.train.parallel import parallel_on, parallel_shaping, with_threads
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
@@ -68,7 +66,6 @@ from rlvr.train.setup import (
     build_rollout_source,
     build_update_group,
 )
-from rlvr.train.teacher import Teacher
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
 from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
 from rlvr.types import Batch, Trajectory
@@ -182,11 +179,6 @@ class Trainer:
                 f"{len(self.eval_problems)} problems; eval scores those, so its accuracy moves in "
                 f"steps of 1/{len(self.eval_problems)}"
             )
-        self.teacher = (
-            Teacher(a, self.tokenizer, self.model.device, {p.domain for p in self.eval_problems})
-            if a.teacher or a.domain_teachers
-            else None
-        )
         self.reward_errors = RewardErrors(self.run_dir.reward_errors, self.display)
         self.state = {
             "step": 0,
@@ -215,16 +207,10 @@ class Trainer:
             self.updater.load(self.model, restored)
             self.methods = self.components.methods
             self.methods.setup(Run(
-                cfg, self.model, self.tokenizer, self.components, self.source, self.critic,
-                self.display.message,
+                cfg, self.model, self.tokenizer, self.components, self.source, self.updater,
+                self.critic, self.display.message,
             ))  # fmt: skip
             self.methods.load_state_dict(self.state.pop("methods", {}))
-            if cfg.algo.weight_samples:  # 3PO: rollouts sample around the optimizer's weights
-                a = cfg.algo
-                self.source.noise = WeightNoise(
-                    self.model, self.updater.optimizer, a.weight_samples, a.weight_noise_ess,
-                    a.weight_noise_floor,
-                )  # fmt: skip
         except BaseException:
             self.source.close()
             raise
@@ -345,11 +331,9 @@ class Trainer:
 
     def sample(self) -> Sampled:
         """This step's scored groups; a cohort may rescore them before `learn`."""
-        cfg, timings = self.cfg, {}
+        timings: dict[str, float] = {}
         start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
-        if cfg.rollout.branch_model:  # W2SPO
-            sampling.update(branch_metrics(trajectories))
         if hasattr(self.components.task, "observe"):  # a task that adapts to training's outcomes
             sampling.update(self.components.task.observe(trajectories))
         self.methods.after_sample(Step(self.state["step"], trajectories, sampling, timings))
@@ -362,7 +346,7 @@ class Trainer:
         """Shape the rewards, compute advantages and update the policy on `sampled`."""
         cfg, timings = self.cfg, sampled.timings
         trajectories, baselines, sampling = sampled.trajectories, sampled.baselines, sampled.metrics
-        prepare_start = time.perf_counter()
+        prepare_start, timed_before = time.perf_counter(), sum(timings.values())
         if not trajectories:  # every sample hit an infrastructure error: nothing to learn from
             self.display.message(
                 f"[yellow]step {self.state['step']}: every reward failed (infra_error); no update"
@@ -377,19 +361,15 @@ class Trainer:
         )
         components = reward_components(trajectories, cfg.task.rewards)
         offsets = self.methods.advantage_offsets(step)
-        threads = with_threads(trajectories, batch, self.tokenizer.pad_token_id)  # Parason
+        side_rows = with_side_rows(trajectories, batch, self.tokenizer.pad_token_id)
         data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, threads, step
+            batch, baselines, segments, components, timings, offsets, side_rows, step
         )
         self.methods.update_inputs(step, data)
-        if cfg.rollout.dispatch_threads:
-            extra["parallel/thread_rows"] = len(data.batch) / len(batch) - 1
         extra.update(sampling, **shaped)
-        nested = ("time/exploration", "time/old_logprobs", "time/ref_logprobs", "time/values",
-                  "time/calibration")  # fmt: skip
-        timings["time/advantages"] = (
-            time.perf_counter() - prepare_start - sum(timings.get(name, 0.0) for name in nested)
-        )
+        # less the phases timed inside it (logprob passes, a method's own), so phases add up
+        nested = sum(timings.values()) - timed_before
+        timings["time/advantages"] = time.perf_counter() - prepare_start - nested
         result = self.update(step, data, extra)
         return self.step_metrics(step, data, result, extra)
 
@@ -409,15 +389,8 @@ class Trainer:
         shaped = {"reward/overlong": float(penalties.mean())} if cfg.algo.overlong_window else {}
         step.batch = Batch.from_trajectories(trajectories, pad_id)
         bonus = self.methods.reward_bonus(step)
-        bonuses = [] if bonus is None else [bonus]
-        if parallel_on(cfg.algo):
-            bonus, measured = parallel_shaping(
-                trajectories, step.batch.group_ids, self.tokenizer, cfg.algo
-            )
-            bonuses.append(bonus)
-            shaped.update(measured)
-        if bonuses:
-            for trajectory, value in zip(trajectories, sum(bonuses).tolist()):
+        if bonus is not None:
+            for trajectory, value in zip(trajectories, bonus.tolist()):
                 trajectory.turn_rewards[-1] += value
             # rebuilt so every reward view (token, turn, episode) holds the bonus
             step.batch = Batch.from_trajectories(trajectories, pad_id)
@@ -625,48 +598,32 @@ class Trainer:
         components: tuple[torch.Tensor | None, torch.Tensor | None],
         timings: dict[str, float],
         advantage_offsets: torch.Tensor | None,
-        threads: tuple[Batch, torch.Tensor] | None,
+        side_rows: tuple[Batch, torch.Tensor] | None,
         step: Step,
     ) -> tuple[UpdateInputs, dict]:
         """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
-        `threads` is `batch` with Parason's thread rows after it, and each one's episode row:
-        logprobs cover every row, advantages are the episodes' and broadcast to their threads."""
+        `side_rows` is `batch` with the episodes' side rows after it, and each one's episode row:
+        logprobs cover every row, advantages are the episodes' and broadcast to their side rows."""
         cfg = self.cfg
-        rows, episodes = threads if threads is not None else (batch, None)
+        rows, episodes = side_rows if side_rows is not None else (batch, None)
         values = step.values
 
         def episode_part(x: torch.Tensor | None) -> torch.Tensor | None:  # [len(rows), ...]
             return x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]
 
-        micro, temperature = cfg.train.micro_batch_size, cfg.rollout.temperature
-        share = cfg.train.share_prompt
-        timings["time/teacher_logprobs"] = 0.0
         extra = {}
         old, ref, squares, old_lse, ref_lse = self.logprob_passes(rows, step, timings, extra)
-        # the teacher's logprobs in the precision the update computes the policy's in
-        precision = autocast(cfg.train.autocast, self.model.device)
         if self.critic is not None and values is None:
             with timed(timings, "time/values"):
                 values = self.critic.values(batch)
-        token_rewards, top_k, kl_coef = batch.token_rewards, None, self.kl_coef.value
-        if self.teacher is not None:  # Direct-OPD: each token's implicit reward joins its own
-            with timed(timings, "time/teacher_logprobs"), precision:
-                if cfg.algo.teacher_top_k:  # or its expectation over the top k, in the loss
-                    top_k, implicit = self.teacher.top_k(
-                        self.model, batch, cfg.algo.teacher_top_k, micro, temperature
-                    )
-                else:
-                    student = episode_part(old) if old is not None else batch.behaviour_logprobs
-                    implicit = self.teacher.token_rewards(batch, student, micro, temperature, share)
-                    token_rewards = token_rewards + cfg.algo.teacher_coef * implicit
-            token_reward = float(implicit.sum() / batch.loss_mask.sum().clamp(min=1))
-            extra["teacher/token_reward"] = token_reward
-            extra["teacher/sequence_reward"] = float(implicit.sum(-1).mean())
-            if cfg.algo.teacher_kl_coefs:
-                kl_coef = cfg.algo.teacher_kl_coefs[token_reward >= 0]
+        student = episode_part(old) if old is not None else batch.behaviour_logprobs
+        token_rewards = batch.token_rewards
+        method_rewards = self.methods.token_rewards(step, student)
+        if method_rewards is not None:
+            token_rewards = token_rewards + method_rewards
+        kl_coef = self.methods.kl_coef(step, self.kl_coef.value)
         if ref is not None and self.components.kl is not None and cfg.algo.kl_in_reward:
-            policy = episode_part(old) if old is not None else batch.behaviour_logprobs
-            kl = self.components.kl(policy, episode_part(ref), cfg.algo) * batch.loss_mask
+            kl = self.components.kl(student, episode_part(ref), cfg.algo) * batch.loss_mask
             token_rewards = token_rewards - kl_coef * kl
             extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
         inputs = AdvInputs(
@@ -716,8 +673,7 @@ class Trainer:
             advantages = advantages * weights
             extra.update(tis_metrics)
         data = UpdateInputs(
-            rows, advantages, old, ref, kl_coef, values, returns,
-            teacher_top_k=top_k, teacher_coef=cfg.algo.teacher_coef, ref_normaliser=ref_lse,
+            rows, advantages, old, ref, kl_coef, values, returns, ref_normaliser=ref_lse,
         )  # fmt: skip
         return data, extra
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers import (
@@ -125,28 +125,18 @@ def batch_logprobs(
     return out
 
 
-@dataclass
-class TeacherTopK:
-    """algo.teacher_top_k: the student's k likeliest tokens at every reply position, ids
-    [B, T-1, k], and each one's implicit reward [B, T-1, k]: the teacher's logprob minus the
-    teacher_ref's, or with `reverse_kl` the teacher's alone (the student's own is subtracted
-    live, in the loss)."""
+class LossTerm(Protocol):
+    """A method's term of the loss beside the policy's, read off the update's own forward: the
+    logprobs of chosen tokens at every position, with their gradient (a teacher's top-k)."""
 
-    ids: torch.Tensor
-    rewards: torch.Tensor
-    reverse_kl: bool
+    def gather_ids(self, rows: torch.Tensor, width: int) -> torch.Tensor:
+        """[R, width, k] the token ids whose logprobs the term reads, for batch rows `rows`."""
 
-
-def expected_implicit_reward(
-    student: torch.Tensor, rewards: torch.Tensor, reverse_kl: bool
-) -> torch.Tensor:
-    """[B, T-1] sum over each position's k tokens of pi_student(v) * r(v): the Rao-Blackwellised
-    implicit reward, exact over those tokens instead of read at the one sampled. `student`
-    [B, T-1, k] holds the student's logprobs of them; with `reverse_kl` they are subtracted from
-    `rewards` (the teacher's logprobs), which makes it minus the reverse KL over the k tokens."""
-    if reverse_kl:
-        rewards = rewards - student
-    return (student.exp() * rewards).sum(-1)
+    def __call__(
+        self, logprobs: torch.Tensor, rows: torch.Tensor, width: int, inputs: LossInputs, aggregate
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The term's loss and metrics from `logprobs` [R, width, k] of those ids; `aggregate`
+        reduces a [R, width] tensor over `inputs` as the policy loss does."""
 
 
 @dataclass
@@ -169,8 +159,7 @@ class UpdateInputs:
     values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
     returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
     imitation: Imitation | None = None  # a method's supervised term (RGPO's rescued replies)
-    teacher_top_k: TeacherTopK | None = None
-    teacher_coef: float = 0.0
+    terms: list[LossTerm] = field(default_factory=list)  # methods' terms of the loss
     ref_normaliser: torch.Tensor | None = None  # [B, T-1] the reference's logsumexp (soft_q)
 
 
@@ -191,10 +180,10 @@ def micro_batch_loss(
     given, receives the rows' logprobs (before this step)."""
     algo, device = cfg.algo, model.device
     bonus = algo.entropy_coef > 0
-    top_k = data.teacher_top_k
-    # the top-k ids' columns end at the rows' width: the batch's full width cut to theirs
+    # the terms' ids' columns end at the rows' width: the batch's full width cut to theirs
     width = trim(rows, data.batch.attention_mask) - 1
-    gather = None if top_k is None else Gather(top_k.ids[rows, :width])
+    ids = [term.gather_ids(rows, width) for term in data.terms]
+    gather = Gather(torch.cat(ids, -1)) if ids else None
     lse = LogNormaliser() if "normaliser" in getattr(loss_fn, "requires", ()) else None
     logprobs, entropy = micro_logprobs(
         model, data.batch, rows, cfg.rollout.temperature, prompts,
@@ -229,13 +218,12 @@ def micro_batch_loss(
         metrics["kl"] = kl.item()
     if bonus:
         loss = loss - algo.entropy_coef * aggregate(entropy, inputs)
-    if gather is not None:  # the teacher's term, exact over the top-k tokens, with its gradient
-        rewards = top_k.rewards[rows, :width].to(device)
-        expected = aggregate(
-            expected_implicit_reward(gather.logprobs, rewards, top_k.reverse_kl), inputs
-        )
-        loss = loss - data.teacher_coef * expected
-        metrics["teacher/expected_reward"] = expected.item()
+    if gather is not None:  # each term reads its own ids' share of the one gather
+        shares = gather.logprobs.split([i.shape[-1] for i in ids], -1)
+        for term, logprobs_k in zip(data.terms, shares):
+            term_loss, term_metrics = term(logprobs_k, rows, width, inputs, aggregate)
+            loss = loss + term_loss
+            metrics.update(term_metrics)
     on = inputs.loss_mask.bool()
     metrics["entropy"] = float(torch.where(on, entropy.detach(), 0.0).sum() / max(num_tokens, 1.0))
     metrics["loss"] = loss.item()
@@ -298,8 +286,8 @@ def policy_update(
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
     lengths = batch.attention_mask.sum(-1)
     # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it;
-    # the teacher's top-k term reads every position's logits, which a shared prompt packs away
-    share = cfg.train.share_prompt and not parallel.sharded and data.teacher_top_k is None
+    # a method's loss term reads every position's logits, which a shared prompt packs away
+    share = cfg.train.share_prompt and not parallel.sharded and not data.terms
     prompts = batch_prompts(batch, share)
     units = None if prompts is None else prompts.unit
     # each optimizer step also imitates its share of the imitation rows, in a fixed order
@@ -372,11 +360,11 @@ def zero_gradient_rows(data: UpdateInputs, cfg: Config, loss_fn, kl_fn) -> torch
     """[B] True where a row adds exactly nothing to the gradient, so the update may skip its
     passes: its advantages are all 0, the loss weights every token by its advantage
     (`loss_fn.advantage_weighted`), and no other term reads the row (a KL term in the loss, the
-    entropy bonus, the teacher's). None where nothing is skipped (train.skip_zero_advantage)."""
+    entropy bonus, a method's). None where nothing is skipped (train.skip_zero_advantage)."""
     if not (cfg.train.skip_zero_advantage and getattr(loss_fn, "advantage_weighted", False)):
         return None
     kl_in_loss = kl_fn is not None and data.ref_logprobs is not None and data.kl_coef != 0
-    if kl_in_loss or cfg.algo.entropy_coef > 0 or data.teacher_top_k is not None:
+    if kl_in_loss or cfg.algo.entropy_coef > 0 or data.terms:
         return None
     return ~((data.advantages != 0) & data.batch.loss_mask.bool()).any(-1)
 

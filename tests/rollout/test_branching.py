@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.config import load_config
+from rlvr.config import ConfigError, load_config
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine, branch_metrics
 from rlvr.rollout.tokens import Conversation, encode_prompt
+from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 
@@ -117,13 +118,13 @@ def test_branch_metrics_by_hand():
     ("overrides", "message"),
     [
         ([], "algo.tis=token"),  # off by default
-        (["algo.tis=token", "distributed.backend=ray"], "distributed.backend=local"),
-        (["algo.tis=token", "rollout.tree_width=2"], "rollout.tree_width=0"),
+        (["algo.tis=token", "distributed.backend=ray"], "drop distributed.backend=ray"),
+        (["algo.tis=token", "rollout.tree_width=2", "algo.advantage=tree"], "rollout.tree_width"),
     ],
 )
 def test_branching_needs_importance_weights_and_the_in_process_rollout(overrides, message):
-    with pytest.raises(ValueError, match=message):
-        load_config(None, ["rollout.branch_model=some/model", *overrides])
+    with pytest.raises(ConfigError, match=message):  # before any model is loaded
+        build_components(load_config(None, ["methods.w2spo.model=some/model", *overrides]))
 
 
 def test_a_training_step_trains_only_the_weak_spans(
@@ -133,8 +134,8 @@ def test_a_training_step_trains_only_the_weak_spans(
     weak_model.save_pretrained(weak_dir)
     tokenizer.save_pretrained(weak_dir)
     cfg = load_config(None, [
-        *fast_overrides, f"rollout.branch_model={weak_dir}", "rollout.branch_tokens=3",
-        "rollout.branch_share=1.0", "algo.tis=token", "train.steps=1",
+        *fast_overrides, f"methods.w2spo.model={weak_dir}", "methods.w2spo.tokens=3",
+        "methods.w2spo.share=1.0", "algo.tis=token", "train.steps=1",
     ])  # fmt: skip
     trainer = Trainer(cfg)
     try:

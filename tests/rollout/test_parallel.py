@@ -180,13 +180,13 @@ def test_the_dispatching_engine_returns_the_trace_its_mask_and_its_thread_rows()
     (completion,) = dispatching.generate([prompt], SamplingParams(200), seeds=[7])
     (episode,) = generate_parallel(ScriptedPolicy(), [prompt], TOKENIZER, SamplingParams(200), [7])
     assert completion.token_ids == episode.token_ids and completion.text == episode.text
-    assert completion.trained == episode.trained and completion.threads == episode.rows
+    assert completion.trained == episode.trained and completion.side_rows == episode.rows
     assert completion.finish_reason == "eos"
     # a reply without a region dispatches nothing: all of it trains, and no rows come with it
     after = TOKENIZER("q=<Parallel>", add_special_tokens=False)["input_ids"]  # writes the end
     (completion,) = dispatching.generate([after], SamplingParams(200, 0.0))
     assert completion.text == "</Parallel> #### 3"
-    assert completion.threads == [] and all(completion.trained)
+    assert completion.side_rows == [] and all(completion.trained)
 
 
 @pytest.mark.parametrize(

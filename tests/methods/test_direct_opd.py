@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError, load_config
+from rlvr.methods.direct_opd import expected_implicit_reward, implicit_rewards
 from rlvr.models.tiny import build_model, build_tokenizer
-from rlvr.train.teacher import implicit_rewards
+from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
-from rlvr.train.update import expected_implicit_reward
+
+KEY = "methods.direct_opd"
 
 
 def test_implicit_rewards_by_hand():
@@ -69,16 +71,17 @@ def _run_one_step(overrides):
 def test_each_sampled_tokens_implicit_reward_joins_the_reward(fast_overrides, tmp_path, with_ref):
     tokenizer = build_tokenizer()
     teacher, ref = _save(tmp_path / "t", 1, tokenizer), _save(tmp_path / "r", 2, tokenizer)
-    keys = [f"algo.teacher={teacher}", "algo.teacher_coef=0.5"]
+    keys = [f"{KEY}.teacher={teacher}", f"{KEY}.coef=0.5"]
     if with_ref:
-        keys.append(f"algo.teacher_ref={ref}")
+        keys.append(f"{KEY}.teacher_ref={ref}")
     trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, "train.steps=1", *keys])
-    teacher_model = trainer.teacher.models["teacher"]
+    opd = trainer.methods.chosen["direct_opd"]
+    teacher_model = opd.models["teacher"]
     expected = []
     for outcome, t in rollouts:
         if with_ref:
             shift = _sequence_logprob(teacher_model, t) - _sequence_logprob(
-                trainer.teacher.models["teacher_ref"], t
+                opd.models["teacher_ref"], t
             )
         else:  # against the sampler's own logprobs: on-policy distillation
             shift = _sequence_logprob(teacher_model, t) - sum(t.behaviour_logprobs)
@@ -99,8 +102,8 @@ def test_top_k_estimator_moves_the_teacher_into_the_loss_and_keys_kl_on_its_sign
     tokenizer = build_tokenizer()
     teacher, ref = _save(tmp_path / "t", 1, tokenizer), _save(tmp_path / "r", 2, tokenizer)
     keys = [
-        f"algo.teacher={teacher}", f"algo.teacher_ref={ref}", "algo.teacher_top_k=3",
-        "algo.teacher_kl_coefs=[0.3, 0.7]", "train.steps=1",
+        f"{KEY}.teacher={teacher}", f"{KEY}.teacher_ref={ref}", f"{KEY}.top_k=3",
+        f"{KEY}.kl_coefs=[0.3, 0.7]", "train.steps=1",
     ]  # fmt: skip
     start = Trainer(load_config(None, [*fast_overrides, *keys])).model  # the pre-update student
     trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, *keys])
@@ -110,8 +113,9 @@ def test_top_k_estimator_moves_the_teacher_into_the_loss_and_keys_kl_on_its_sign
     total, tokens = 0.0, 0
     for _, t in rollouts:
         student, mask = _full_logprobs(start, t), torch.tensor(t.loss_mask[1:]).bool()
-        shift = _full_logprobs(trainer.teacher.models["teacher"], t) - _full_logprobs(
-            trainer.teacher.models["teacher_ref"], t
+        opd = trainer.methods.chosen["direct_opd"]
+        shift = _full_logprobs(opd.models["teacher"], t) - _full_logprobs(
+            opd.models["teacher_ref"], t
         )
         top = student.topk(3, -1)
         per_position = (top.values.exp() * shift.gather(-1, top.indices)).sum(-1)
@@ -129,14 +133,17 @@ def test_a_teacher_with_another_tokenizer_or_a_lone_teacher_ref_is_refused(
     other.add_tokens(["<extra>"])
     build_model("nano", build_tokenizer(), seed=1).save_pretrained(tmp_path / "t")
     other.save_pretrained(tmp_path / "t")
-    with pytest.raises(ConfigError, match="algo.teacher = .* has another tokenizer"):
-        Trainer(load_config(None, [*fast_overrides, f"algo.teacher={tmp_path / 't'}"]))
-    with pytest.raises(ConfigError, match="algo.teacher is not set"):
-        load_config(None, [f"algo.teacher_ref={tmp_path / 't'}"])
-    with pytest.raises(ConfigError, match="algo.teacher is not set"):
-        load_config(None, ["algo.teacher_top_k=4"])
-    with pytest.raises(ConfigError, match="takes two coefficients"):
-        load_config(None, [f"algo.teacher={tmp_path / 't'}", "algo.teacher_kl_coefs=[0.1]"])
+    with pytest.raises(ConfigError, match=f"{KEY}.teacher = .* has another tokenizer"):
+        Trainer(load_config(None, [*fast_overrides, f"{KEY}.teacher={tmp_path / 't'}"]))
+    refused = {
+        "but it is not set": [f"{KEY}.domain_teachers={{add: x}}", f"{KEY}.top_k=4"],
+        "set exactly one": [f"{KEY}.teacher_ref={tmp_path / 't'}"],
+        "takes two coefficients": [f"{KEY}.teacher=t", f"{KEY}.kl_coefs=[0.1]"],
+        "rollout.replay's logged replies": [f"{KEY}.teacher=t", "rollout.replay=x.jsonl"],
+    }
+    for message, keys in refused.items():
+        with pytest.raises(ConfigError, match=message):  # before any model is loaded
+            build_components(load_config(None, [*fast_overrides, *keys]))
 
 
 MIX = [
@@ -150,9 +157,9 @@ def test_each_domain_is_distilled_from_its_own_teacher_and_others_from_none(
 ):
     tokenizer = build_tokenizer()
     teacher = _save(tmp_path / "add", 1, tokenizer)
-    keys = [*MIX, f"algo.domain_teachers={{add: {teacher}}}", "algo.teacher_coef=0.5"]
+    keys = [*MIX, f"{KEY}.domain_teachers={{add: {teacher}}}", f"{KEY}.coef=0.5"]
     trainer, rewards, rollouts, metrics = _run_one_step([*fast_overrides, "train.steps=1", *keys])
-    add_teacher = trainer.teacher.by_domain["add"]
+    add_teacher = trainer.methods.chosen["direct_opd"].by_domain["add"]
     expected = [
         outcome + 0.5 * (_sequence_logprob(add_teacher, t) - sum(t.behaviour_logprobs))
         if t.problem.domain == "add"
@@ -169,8 +176,9 @@ def test_domain_teachers_must_name_the_tasks_domains_and_replace_a_single_teache
 ):
     teacher = _save(tmp_path / "t", 1, build_tokenizer())
     with pytest.raises(ConfigError, match="names mul, which no problem .* add, sub"):
-        Trainer(
-            load_config(None, [*fast_overrides, *MIX, f"algo.domain_teachers={{mul: {teacher}}}"])
+        build_components(
+            load_config(None, [*fast_overrides, *MIX, f"{KEY}.domain_teachers={{mul: {teacher}}}"])
         )
-    with pytest.raises(ValueError, match="keep one of them"):
-        load_config(None, [f"algo.domain_teachers={{add: {teacher}}}", f"algo.teacher={teacher}"])
+    both = [f"{KEY}.domain_teachers={{add: {teacher}}}", f"{KEY}.teacher={teacher}"]
+    with pytest.raises(ConfigError, match="set exactly one"):
+        build_components(load_config(None, [*fast_overrides, *MIX, *both]))

@@ -25,7 +25,7 @@ SEQUENTIAL = "12+34 = 46 #### 46"
 def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overrides):
     # the replies are rewritten below, so the warm start only has to exist
     overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1",
-                 "algo.parallel_accel_weight=0.5", "algo.parallel_accel_cap=0.2", "train.steps=1",
+                 "methods.parason.accel_weight=0.5", "methods.parason.accel_cap=0.2", "train.steps=1",
                  "model.pretrain_steps=2"]  # fmt: skip
     trainer = Trainer(load_config(None, fast_overrides + overrides))
     original, seen = trainer.components.advantage, []
@@ -97,7 +97,7 @@ def test_dispatched_threads_train_on_their_own_context_with_their_episodes_advan
     fast_overrides,
 ):
     overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1", "train.steps=1",
-                 "model.pretrain_steps=2", "rollout.dispatch_threads=true",
+                 "model.pretrain_steps=2", "methods.parason.dispatch=true",
                  "rollout.max_new_tokens=64"]  # fmt: skip
     trainer = Trainer(load_config(None, fast_overrides + overrides))
     trainer.source.runner.engine.engine = ScriptedTrace(trainer.model, trainer.tokenizer)
@@ -145,7 +145,7 @@ def test_dispatched_threads_train_on_their_own_context_with_their_episodes_advan
     [
         (
             ["rollout.tree_width=2", "algo.advantage=tree"],
-            "does not combine with Ray workers, tree",
+            "does not combine with rollout.tree_width",
         ),
         (["algo.advantage=gae"], "reads per-row values or probes \\('gae'\\)"),
         (["task.name=guess_number"], "multi-turn task \\('guess_number' has its own env\\)"),
@@ -153,5 +153,5 @@ def test_dispatched_threads_train_on_their_own_context_with_their_episodes_advan
 )
 def test_dispatch_refuses_what_its_thread_rows_cannot_serve(overrides, message, fast_overrides):
     with pytest.raises(ConfigError, match=message):
-        build_components(load_config(None, [*fast_overrides, "rollout.dispatch_threads=true",
+        build_components(load_config(None, [*fast_overrides, "methods.parason.dispatch=true",
                                             *overrides]))  # fmt: skip
