@@ -41,7 +41,7 @@ def config_reference(
     lines = [
         "# Config reference",
         "",
-        "Generated from `rlvr/config.py` by `python -m rlvr.config > docs/config.md`; a test keeps it current.",
+        "Generated from `rlvr/config/` by `python -m rlvr.config > docs/config.md`; a test keeps it current.",
         "Set keys in a TOML/YAML file or on the command line as `section.key=value`.",
         "",
     ]
