@@ -672,7 +672,7 @@ def test_mt_grpo_of_single_turn_episodes_is_grpo():
 
 def tree_algo(**fields):
     """AlgoConfig plus the tree fields (tree_outcome_coef, tree_dedup_shared), which
-    rlvr/config.py does not declare yet; the estimator reads them with getattr."""
+    rlvr/config/algo.py does not declare yet; the estimator reads them with getattr."""
     from types import SimpleNamespace
 
     return SimpleNamespace(**{**AlgoConfig().model_dump(), **fields})

@@ -1,0 +1,8 @@
+"""`python -m rlvr.config > docs/config.md` writes the config reference."""
+
+from rlvr.config.reference import config_reference
+from rlvr.methods import METHODS
+from rlvr.rewards import REWARDS
+from rlvr.tasks import TASKS
+
+print(config_reference(TASKS, REWARDS, METHODS))
