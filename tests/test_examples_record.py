@@ -29,7 +29,7 @@ EXAMPLES = sorted(
     for p in [*(ROOT / "examples").glob("*.toml"), *(ROOT / "examples" / "recipes").glob("*.toml")]
 )
 # A hub model cannot load here; W2SPO needs a weak model's directory (its own test builds one).
-LEFT_OUT = {"real_model.toml": "loads a hub model", "w2spo.toml": "needs rollout.branch_model"}
+LEFT_OUT = {"real_model.toml": "loads a hub model", "w2spo.toml": "needs methods.w2spo.model"}
 # Settings that let a method act within two steps.
 EXTRA = {
     "rfpo.toml": [

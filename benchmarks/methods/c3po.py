@@ -3,7 +3,7 @@ around the LoRA adapters leave fewer groups without a learning signal than GRPO 
 budget, and what does it do to accuracy?
 
 Every arm runs examples/recipes/c3po.toml (GRPO on rank-8 LoRA adapters, lr 1e-3) from the
-seed-0 warm start of the default task. `grpo`: no weight noise (algo.weight_samples=0, no IS
+seed-0 warm start of the default task. `grpo`: no weight noise (methods.c3po=null, no IS
 mask). `c3po`: 2 weight draws per step, each sampling half of every group, trained through the
 sequence-level IS mask [0.5, 2]. `c3po_n4`: 4 draws of 2 replies each.
 
@@ -26,14 +26,14 @@ from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "c3po.toml"
 ARMS = {
-    "grpo": ["algo.weight_samples=0", "algo.tis=off"],
+    "grpo": ["methods.c3po=null", "algo.tis=off"],  # after the noise keys: it drops them too
     "c3po": [],
-    "c3po_n4": ["algo.weight_samples=4"],
+    "c3po_n4": ["methods.c3po.weight_samples=4"],
 }
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
-    noise = [f"algo.weight_noise_ess={args.ess}", f"algo.weight_noise_floor={args.floor}"]
+    noise = [f"methods.c3po.ess={args.ess}", f"methods.c3po.floor={args.floor}"]
     arm = train_arm(RECIPE, [
         f"model.name={model}", *noise, *ARMS[name], f"train.steps={args.steps}",
         f"train.eval_every={args.eval_every}", f"train.seed={seed}",

@@ -39,9 +39,10 @@ NO_VERIFIER = "task.rewards={numeric: 0.0}"  # scored (accuracy, eval) but worth
 # instead of GRPO's group-normalised sum over the reply.
 PER_TOKEN = ["algo.advantage=reinforce_pp", "algo.gamma=0.0"]
 KL = "algo.kl_coef=0.1"  # k3 to the student's own start, in the loss
-TOP_K = "algo.teacher_top_k=8"
+TOP_K = "methods.direct_opd.top_k=8"
 # the KL coefficient keyed on the sign of the batch's implicit reward: [below 0, at or above 0]
-SIGN_KL_POS, SIGN_KL_NEG = "algo.teacher_kl_coefs=[0.0, 0.1]", "algo.teacher_kl_coefs=[0.1, 0.0]"
+SIGN_KL_POS = "methods.direct_opd.kl_coefs=[0.0, 0.1]"
+SIGN_KL_NEG = "methods.direct_opd.kl_coefs=[0.1, 0.0]"
 
 
 def warm_start_of(seed: int) -> str:
@@ -64,8 +65,9 @@ def main() -> None:
         teacher = str(trained.trainer.run_dir.final)
         teacher_eval = {"base": trained.summary["base_eval"]["eval/accuracy"],
                         "final": trained.summary["final_eval"]["eval/accuracy"]}  # fmt: skip
-        shift = [NO_VERIFIER, f"algo.teacher={teacher}", f"algo.teacher_ref={teacher_ref}"]
-        distill = [NO_VERIFIER, f"algo.teacher={teacher}"]
+        opd = "methods.direct_opd"
+        shift = [NO_VERIFIER, f"{opd}.teacher={teacher}", f"{opd}.teacher_ref={teacher_ref}"]
+        distill = [NO_VERIFIER, f"{opd}.teacher={teacher}"]
         arms = {
             "direct_opd": shift,
             "direct_opd_per_token": [*shift, *PER_TOKEN],

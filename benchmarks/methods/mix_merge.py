@@ -7,7 +7,7 @@ warm start on the mix is the base of every arm. RL arms, same budget per run (st
 samples): `add` alone, `sub` alone, and `mixed` (both, balanced in every batch). The two
 single-domain finals are then merged against the base by each `rlvr merge` method, and are the
 teachers of `mixed_distilled`: a mixed run whose samples of each domain also get that domain's
-specialist's per-token log pi_teacher - log pi_policy (`algo.domain_teachers`, multi-teacher
+specialist's per-token log pi_teacher - log pi_policy (`methods.direct_opd.domain_teachers`, multi-teacher
 on-policy distillation). Every model is scored on both domains' held-out sets (greedy, and
 pass@1 from eval_k samples).
 
@@ -75,7 +75,9 @@ def main() -> None:
             models[arm] = {**score(trainer.model, trainer.tokenizer, args.seed),
                            "rl_seconds": trained.wall_seconds}  # fmt: skip
             finals[arm], seconds[arm] = str(trainer.run_dir.final), trained.wall_seconds
-        teachers = f"algo.domain_teachers={{add: {finals['add']}, sub: {finals['sub']}}}"
+        teachers = (
+            f"methods.direct_opd.domain_teachers={{add: {finals['add']}, sub: {finals['sub']}}}"
+        )
         distilled = train_arm(RECIPE, [
             domains(*DOMAINS), f"model.name={base_path}", f"train.steps={args.steps}",
             f"train.seed={args.seed}", teachers,

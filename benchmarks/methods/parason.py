@@ -7,7 +7,7 @@ differ in the parallel bonus: `grpo` (all parallel weights 0) and `pa_grpo` (the
 0.5 * min(acceleration - 1, 0.2), subtask share and acceleration z-scored, on correct replies);
 and in how training samples: in one pass (the model writes the whole trace), or, in the
 `_dispatched` arms, with each region's threads dispatched blind to each other and every later
-thread trained as its own sequence with its episode's advantage (`rollout.dispatch_threads`).
+thread trained as its own sequence with its episode's advantage (`methods.parason.dispatch`).
 
 Each policy (the warm start, and each arm's final one) is measured on the held-out problems
 greedy and with 4 samples at temperature 1, each in one pass (the model writes the whole trace)
@@ -40,7 +40,7 @@ from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "parason.toml"
 OFF = [f"algo.parallel_{key}=0" for key in ("accel_weight", "subtask_beta", "latency_alpha")]
-DISPATCH = ["rollout.dispatch_threads=true"]
+DISPATCH = ["methods.parason.dispatch=true"]
 ARMS = {
     "grpo": OFF,
     "pa_grpo": [],

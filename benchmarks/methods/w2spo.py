@@ -3,7 +3,7 @@
 The policy's warm start always drops carries (examples/recipes/w2spo.toml), so its own samples
 are right only where no carry is needed. The weak model is a shorter warm start that carries
 (flawed share 0, --weak-steps steps). Both arms start from the same policy and use the recipe's
-settings; the W2SPO arm adds rollout.branch_model, so half its replies carry an 8-token weak
+settings; the W2SPO arm adds methods.w2spo.model, so half its replies carry an 8-token weak
 branch trained alone with capped importance weights.
 
 Prints one JSON object: the weak model's held-out greedy accuracy, and per arm
@@ -38,7 +38,7 @@ def greedy_accuracy(path: str) -> float:
 
 
 def run_arm(arm: str, seed: int, args, run_dir: str, policy: str, weak: str) -> dict:
-    branch = [f"rollout.branch_model={weak}"] if arm == "w2spo" else []
+    branch = [f"methods.w2spo.model={weak}"] if arm == "w2spo" else []
     result = train_arm(RECIPE, [
         f"model.name={policy}", *branch,
         f"train.steps={args.steps}", f"train.seed={seed}",

@@ -191,68 +191,6 @@ class AlgoConfig(Section):
         False,
         description="DAPO: responses cut by max_new_tokens get no loss (their mask is zeroed).",
     )
-    parallel_accel_weight: float = Field(
-        0.0,
-        ge=0,
-        description="Parason: a correct rollout whose reply parses as a parallel-thread trace "
-        "gains weight * min(acceleration - 1, algo.parallel_accel_cap), acceleration = its "
-        "tokens / its critical-path tokens; 0 disables (the paper: 0.5).",
-    )
-    parallel_accel_cap: float = Field(
-        0.2, gt=0, description="Parason: the most acceleration - 1 that earns a bonus."
-    )
-    parallel_subtask_beta: float = Field(
-        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
-        "<Subtask> threads, paid to correct rollouts (the paper sweeps 0.025-0.1).",
-    )  # fmt: skip
-    parallel_trial_beta: float = Field(
-        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
-        "<Trial> threads, paid to correct rollouts.",
-    )  # fmt: skip
-    parallel_ratio_beta: float = Field(
-        0.0, ge=0, description="Parason: weight of the group z-score of the share of tokens in "
-        "any thread, paid to correct rollouts.",
-    )  # fmt: skip
-    parallel_latency_alpha: float = Field(
-        0.0, ge=0, description="Parason: weight of the group z-score of the acceleration, paid "
-        "to correct rollouts (the paper: 0 or 0.1).",
-    )  # fmt: skip
-    teacher: str = Field(
-        "",
-        description="Direct-OPD: a model (directory or hub id, the policy's tokenizer) whose "
-        "logprob of each sampled token, minus algo.teacher_ref's, joins that token's reward "
-        "(times algo.teacher_coef); '' = none. Without a teacher_ref, the policy's own logprob "
-        "is subtracted: on-policy distillation (the negative per-token reverse KL).",
-    )
-    teacher_ref: str = Field(
-        "",
-        description="Direct-OPD: the teacher before its RL run, so the reward is the shift RL "
-        "made (log pi_teacher - log pi_teacher_ref); '' = distil the teacher itself.",
-    )
-    teacher_coef: float = Field(
-        1.0, gt=0, description="Direct-OPD: weight of the per-token implicit reward."
-    )
-    teacher_top_k: int = Field(
-        0,
-        ge=0,
-        description="Direct-OPD's Rao-Blackwellised estimator: at every reply position, the "
-        "implicit reward's expectation over the policy's k most likely tokens, a loss term "
-        "whose gradient is exact over them, instead of the one sampled token's reward (which "
-        "then joins no reward); 0 = the sampled token's.",
-    )
-    teacher_kl_coefs: list[float] = Field(
-        default_factory=list,
-        description="Direct-OPD: the KL coefficient (to the frozen start, with "
-        "algo.kl_estimator) keyed on the sign of the batch's mean implicit reward: [when "
-        "below 0, when 0 or above]; [] = algo.kl_coef throughout.",
-    )
-    domain_teachers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Multi-teacher on-policy distillation: {domain: teacher (directory or hub "
-        "id, the policy's tokenizer)}; each sampled token of a problem of that domain (a mix "
-        "task's domain names) gains algo.teacher_coef * (log pi_teacher - log pi_policy); "
-        "samples of other domains gain nothing. Instead of algo.teacher.",
-    )
     tis: Literal["off", "token", "sequence", "sequence_mask"] = Field(
         "off",
         description="Truncated importance sampling against rollout/training mismatch: weigh each "
@@ -271,27 +209,6 @@ class AlgoConfig(Section):
         "rewards, and add its replies, relabelled with the outcome (1 if solved, else 0), to the "
         "main policy's batch, which trains on outcomes only; algo.tis weights those rows by "
         "pi_main / pi_explorer. Logs to <run>/main and <run>/explorer.",
-    )
-    weight_samples: int = Field(
-        0,
-        ge=0,
-        description="3PO/C3PO: each step draws this many weight samples from a diagonal Gaussian "
-        "posterior around the trainable weights (the adapters under model.lora), and each "
-        "samples rollout.group_size / weight_samples replies of every group; advantages still "
-        "pool the whole group. Needs algo.tis=sequence_mask. 0: off.",
-    )
-    weight_noise_ess: float = Field(
-        1e5,
-        gt=0,
-        description="3PO: the posterior's effective sample size lambda: sigma = 1 / sqrt(lambda "
-        "* (h + weight_noise_floor)), h the optimizer's running mean of squared gradients.",
-    )
-    weight_noise_floor: float = Field(
-        0.1,
-        gt=0,
-        description="3PO: the posterior's prior precision delta, which sets sigma where the "
-        "squared gradients are small (1 / sqrt(lambda * delta) before the first update; 0.01 at "
-        "the defaults).",
     )
     critic_lr: float = Field(
         1e-4, gt=0, description="gae: learning rate of the critic (a separate value model)."

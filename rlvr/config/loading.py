@@ -37,6 +37,22 @@ RENAMED = {
     "algo.rfpo_calibration_rollouts": "methods.rfpo.calibration_rollouts",
     "algo.rgpo_segments": "methods.rgpo.segments",
     "algo.rgpo_sft_coef": "methods.rgpo.sft_coef",
+    "algo.teacher": "methods.direct_opd.teacher",
+    "algo.teacher_ref": "methods.direct_opd.teacher_ref",
+    "algo.teacher_coef": "methods.direct_opd.coef",
+    "algo.teacher_top_k": "methods.direct_opd.top_k",
+    "algo.teacher_kl_coefs": "methods.direct_opd.kl_coefs",
+    "algo.domain_teachers": "methods.direct_opd.domain_teachers",
+    "rollout.dispatch_threads": "methods.parason.dispatch",
+    **{f"algo.parallel_{k}": f"methods.parason.{k}" for k in (
+        "accel_weight", "accel_cap", "subtask_beta", "trial_beta", "ratio_beta", "latency_alpha",
+    )},  # fmt: skip
+    "rollout.branch_model": "methods.w2spo.model",
+    "rollout.branch_tokens": "methods.w2spo.tokens",
+    "rollout.branch_share": "methods.w2spo.share",
+    "algo.weight_samples": "methods.c3po.weight_samples",
+    "algo.weight_noise_ess": "methods.c3po.ess",
+    "algo.weight_noise_floor": "methods.c3po.floor",
     **{
         f"algo.poise_{k}": f"methods.poise.{k}"
         for k in (

@@ -116,17 +116,6 @@ class RolloutConfig(Section):
     tree_min_segment_tokens: int = Field(
         4, gt=0, description="Token branching keeps at least this many tokens on each side."
     )
-    branch_model: str = Field(
-        "",
-        description="W2SPO: a weaker model (hub id or path, sharing the policy's tokenizer) that "
-        "writes branch_tokens tokens into branch_share of the sampled replies at a uniformly "
-        "drawn position; the policy continues, and those replies train on the inserted span "
-        "alone, weighted by algo.tis's capped pi / pi_weak. Empty: off.",
-    )
-    branch_tokens: int = Field(8, gt=0, description="W2SPO: tokens in each weak branch.")
-    branch_share: float = Field(
-        0.5, gt=0, le=1, description="W2SPO: share of sampled replies that get a weak branch."
-    )
     replay: str = Field(
         "",
         description="Offline training: a JSONL log of replies ('prompt' and 'response' per row, "
@@ -134,13 +123,6 @@ class RolloutConfig(Section):
         "sampled; the task's reward rescores them and eval still samples the policy. Every "
         "training prompt must have logged replies (the same task, seed, batch_size and "
         "group_size as the logging run). Empty: off.",
-    )
-    dispatch_threads: bool = Field(
-        False,
-        description="Parason: sample every reply with its parallel regions dispatched, one "
-        "thread per outline, each blind to its siblings (as in deployment). Each thread after a "
-        "region's first trains as its own sequence on the context it was sampled from, with "
-        "its episode's advantage (broadcast_from_last); eval dispatches too.",
     )
     reward_workers: int = Field(
         16,

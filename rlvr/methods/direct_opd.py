@@ -145,11 +145,10 @@ class DirectOPD(Method):
                 "implicit reward is below 0, when at or above], each >= 0, and no "
                 f"algo.kl_target; fix: e.g. {key}.kl_coefs=[0.0, 0.1]"
             )
-        if cfg.rollout.replay or cfg.rollout.dispatch_threads:
+        if cfg.rollout.replay:  # Parason's dispatch, which splits replies, refuses it itself
             raise ConfigError(
                 f"{key} scores sampled tokens by their logprobs under the student, which "
-                "rollout.replay's logged replies lack and rollout.dispatch_threads' threads "
-                f"split; fix: turn those off (or {key}=null)"
+                f"rollout.replay's logged replies lack; fix: rollout.replay='' (or {key}=null)"
             )
         domains = {problem.domain for problem in task.eval_problems()}
         if unknown := sorted(set(p.domain_teachers) - domains):

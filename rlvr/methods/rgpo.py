@@ -154,9 +154,9 @@ class RGPO(Method):
                 "conversations), and RGPO hints single-turn prompts. Fix: a single-turn task, or "
                 "drop methods.rgpo"
             )
-        if cfg.rollout.dispatch_threads:
+        if (cfg.methods.get("parason") or {}).get("dispatch"):
             raise ConfigError(
-                "methods.rgpo hints prompts that rollout.dispatch_threads would split into "
+                "methods.rgpo hints prompts that methods.parason.dispatch would split into "
                 "Parason's threads; fix: drop one of them"
             )
         m = cfg.model

@@ -84,7 +84,6 @@ def check_debate(cfg: Config, generator: Config, critic: Config) -> None:
                 for m in build_components(c).methods.chosen.values()
             ),
             "a critic without rollout.tree_width": not c.rollout.tree_width,
-            "a critic without rollout.branch_model": not c.rollout.branch_model,
         }
     )
     for need, met in fixes.items():

@@ -83,6 +83,11 @@ def test_null_turns_off_a_method_a_file_enables():
         ("algo.elliptical_beta=0.01", "methods.repexp.beta"),
         ("task.filter=[solvable]", "methods.river.filter"),
         ("algo.rfpo_label_steps=5", "methods.rfpo.label_steps"),
+        ("algo.teacher_top_k=4", "methods.direct_opd.top_k"),
+        ("rollout.dispatch_threads=true", "methods.parason.dispatch"),
+        ("algo.parallel_latency_alpha=0.1", "methods.parason.latency_alpha"),
+        ("rollout.branch_model=weak", "methods.w2spo.model"),
+        ("algo.weight_noise_floor=0.1", "methods.c3po.floor"),
     ],
 )
 def test_a_moved_key_names_its_new_home(old, new):
