@@ -64,7 +64,7 @@ def shared_setup(overrides: list[str]):
     from rlvr.config import load_config
     from rlvr.train.display import Display
     from rlvr.train.setup import build_components
-    from rlvr.train.trainer import load_policy
+    from rlvr.train.policy import load_policy
 
     cfg = load_config(None, [*overrides, "log.quiet=true"])
     components = build_components(cfg)

@@ -44,9 +44,17 @@ RENAMED = {
     "algo.teacher_kl_coefs": "methods.direct_opd.kl_coefs",
     "algo.domain_teachers": "methods.direct_opd.domain_teachers",
     "rollout.dispatch_threads": "methods.parason.dispatch",
-    **{f"algo.parallel_{k}": f"methods.parason.{k}" for k in (
-        "accel_weight", "accel_cap", "subtask_beta", "trial_beta", "ratio_beta", "latency_alpha",
-    )},  # fmt: skip
+    **{
+        f"algo.parallel_{k}": f"methods.parason.{k}"
+        for k in (
+            "accel_weight",
+            "accel_cap",
+            "subtask_beta",
+            "trial_beta",
+            "ratio_beta",
+            "latency_alpha",
+        )
+    },  # fmt: skip
     "rollout.branch_model": "methods.w2spo.model",
     "rollout.branch_tokens": "methods.w2spo.tokens",
     "rollout.branch_share": "methods.w2spo.share",

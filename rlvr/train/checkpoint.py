@@ -163,3 +163,34 @@ def load_adapters(path: Path, model) -> None:
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(saved[name])
+
+
+def load_resumable(directory: Path, at_step: int | None, model, cfg) -> Restored:
+    """The newest complete checkpoint in `directory`, or the one of `at_step` (later ones are
+    removed: the resumed run writes those steps again, identically), loaded into `model`;
+    refused when `cfg` differs from the run's in what determines its numbers."""
+    checkpoints = complete_checkpoints(directory)
+    if at_step is not None:
+        if at_step not in map(checkpoint_step, checkpoints):
+            steps = ", ".join(str(checkpoint_step(c)) for c in checkpoints)
+            raise ConfigError(
+                f"{directory} holds no checkpoint of step {at_step}; fix: resume at one of the "
+                f"steps it holds: {steps}"
+            )
+        for later in [c for c in checkpoints if checkpoint_step(c) > at_step]:
+            shutil.rmtree(later)
+        checkpoints = [c for c in checkpoints if checkpoint_step(c) <= at_step]
+    restored = load_checkpoint(checkpoints[-1], model)
+    state = restored.state
+    if state["hash"] != cfg.hash():
+        raise ConfigError(
+            f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
+            f"{cfg.hash()}); only train.steps, log.* and distributed.address / rollout_timeout "
+            "/ max_restarts may change on resume"
+        )
+    if state["step"] > cfg.train.steps:
+        raise ConfigError(
+            f"{checkpoints[-1]} is at step {state['step']}, past train.steps="
+            f"{cfg.train.steps}; fix: leave train.steps out or set it to {state['step']} or more"
+        )
+    return restored

@@ -6,27 +6,19 @@ KL estimators come from the registries through the config.
 
 from __future__ import annotations
 
-import random
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rlvr.algos.advantages import AdvInputs, RunningMean, broadcast_from_last
 from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
-from rlvr.algos.filters import usable_samples, varied_groups
 from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
-from rlvr.config import Config, ConfigError, dump_config
-from rlvr.models.loading import load_model, resolve_device
+from rlvr.config import Config, dump_config
 from rlvr.models.logprobs import autocast
 from rlvr.models.lora import (
-    apply_lora,
-    check_targets_early,
     is_lora,
     save_final,
 )
@@ -37,7 +29,7 @@ from rlvr.train.checkpoint import (
     Restored,
     checkpoint_step,
     complete_checkpoints,
-    load_checkpoint,
+    load_resumable,
     remove_incomplete,
     save_checkpoint,
 )
@@ -56,57 +48,18 @@ from rlvr.train.hooks import Run, Step
 from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
+from rlvr.train.policy import load_policy, policy_path, seed_everything
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
-from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir, RunDirError
+from rlvr.train.sampling import GroupSampler, Sampled
 from rlvr.train.setup import (
-    Components,
     build_components,
     build_rollout_source,
     build_update_group,
 )
 from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
-from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
 from rlvr.types import Batch, Trajectory
-
-TRAIN_STREAM = 0
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def policy_path(cfg: Config, task) -> str:
-    """Where the policy's starting weights live: model.name, or the tiny model's warm start."""
-    return str(warm_start_path(cfg, task)) if cfg.model.name == "tiny" else cfg.model.name
-
-
-def load_policy(cfg: Config, components: Components, display: Display):
-    """The policy and tokenizer, once the task's prompts are fitted into its context; the tiny
-    model is warm-started (and cached) on first use."""
-    m, task = cfg.model, components.task
-    if m.lora.r > 0:  # a LoRA target that fits no layer stops the run before any loading
-        check_targets_early(m)
-    tokenizer = fit_prompts(cfg, task, m.name, display.message)
-    name = policy_path(cfg, task)
-    if m.name == "tiny":
-        tokenizer = None  # the warm start saves its own
-        if not (Path(name) / "COMPLETE").is_file():
-            with display.bar("warm start (once per settings)", m.pretrain_steps) as bar:
-                ensure_warm_start(cfg, task, lambda s, loss: bar.update(s, {"sft_loss": loss}))
-            summary = held_out_summary(Path(name))
-            if summary:  # a file's warm start that stopped on its held-out rows
-                display.message(summary)
-    model, tokenizer = load_model(name, m.dtype, m.trust_remote_code, tokenizer=tokenizer)
-    # A warm start built just now drew from the global generators: reseed, so the adapters (and
-    # all that follows) start the same whether or not the warm start was cached.
-    seed_everything(cfg.train.seed)
-    if m.lora.r > 0:  # the loaded weights freeze; only the adapters train
-        model = apply_lora(model, m.lora)
-    return model.to(resolve_device(m.device)), tokenizer
 
 
 def reward_components(
@@ -118,17 +71,6 @@ def reward_components(
         return None, None
     values = [[t.info.get("components", {}).get(n, 0.0) for n in weights] for t in trajectories]
     return torch.tensor(values), torch.tensor(list(weights.values()))
-
-
-@dataclass
-class Sampled:
-    """One step's rollouts as `learn` takes them."""
-
-    trajectories: list[Trajectory]
-    # greedy-baseline reward per sample, when the estimator reads one
-    baselines: torch.Tensor | None
-    metrics: dict[str, float]  # sampling metrics, logged with the step
-    timings: dict[str, float]
 
 
 class Trainer:
@@ -197,6 +139,7 @@ class Trainer:
         self.source = build_rollout_source(
             cfg, self.model, self.tokenizer, self.components, model_path
         )
+        self.sampler = GroupSampler(cfg, self.components, self.source, self.reward_errors)
         try:
             self.source.restore(in_flight)
             # a resumed or adapted policy differs from the files
@@ -239,40 +182,12 @@ class Trainer:
         """Restore the policy, the RNGs and the trainer state; what the update group takes
         (optimizer and scheduler state) is returned for it."""
         removed = remove_incomplete(self.run_dir.checkpoints)  # the complete ones are intact
-        checkpoints = complete_checkpoints(self.run_dir.checkpoints)
-        if at_step is not None:
-            if at_step not in map(checkpoint_step, checkpoints):
-                raise RunDirError(
-                    f"{self.run_dir.checkpoints} holds no checkpoint of step {at_step}"
-                )
-            for later in [c for c in checkpoints if checkpoint_step(c) > at_step]:
-                shutil.rmtree(later)  # the resumed run writes those steps again, identically
-            checkpoints = [c for c in checkpoints if checkpoint_step(c) <= at_step]
-        restored = load_checkpoint(checkpoints[-1], self.model)
+        restored = load_resumable(self.run_dir.checkpoints, at_step, self.model, self.cfg)
         state = restored.state
-        if state["hash"] != self.cfg.hash():
-            raise ConfigError(
-                f"{checkpoints[-1]} was written with a different config (hash {state['hash']} vs "
-                f"{self.cfg.hash()}); only train.steps, log.* and distributed.address / rollout_timeout / max_restarts may change on resume"
-            )
-        if state["step"] > self.cfg.train.steps:
-            raise ConfigError(
-                f"{checkpoints[-1]} is at step {state['step']}, past train.steps="
-                f"{self.cfg.train.steps}; fix: leave train.steps out or set it to "
-                f"{state['step']} or more"
-            )
         self.update_rng.set_state(state.pop("update_rng"))
-        self.canary.load_state_dict(state.pop("canary"))
+        for key, part in self.stateful().items():
+            part.load_state_dict(state.pop(key))
         self.kl_coef.value = state.get("kl_coef", self.kl_coef.value)
-        monitors = state.pop("monitors", None)  # absent from checkpoints written before them
-        if monitors is not None and len(monitors["streaks"]) == len(self.monitors.rules):
-            self.monitors.load_state_dict(monitors)
-        if "reward_baseline" in state:  # absent from checkpoints written before it existed
-            self.reward_baseline.load_state_dict(state.pop("reward_baseline"))
-        if "task" in state:  # a task with state of its own (e.g. tree_search's curriculum)
-            self.components.task.load_state_dict(state.pop("task"))
-        if self.critic is not None:
-            self.critic.load_state_dict(state.pop("critic"))
         self.state = state
         final_eval = state.get("final_eval")
         if final_eval is not None and state["step"] == self.cfg.train.steps:
@@ -289,21 +204,28 @@ class Trainer:
         self.display.message(f"resumed {self.run_dir.path} at step {state['step']}{cleaned}")
         return restored
 
-    def save(self) -> None:
-        # The reference is not saved: it is the starting model, rebuilt from model.name.
-        state = dict(
-            self.state, update_rng=self.update_rng.get_state(), canary=self.canary.state_dict()
-        )
-        state["in_flight"] = (
-            self.source.in_flight()
-        )  # batches sampled ahead (rollout.max_staleness)
+    def stateful(self) -> dict:
+        """The parts a checkpoint keeps the state_dict of, by key, beside the trainer's state
+        (the methods' are restored after their setup; the reference is the starting model)."""
+        parts = {
+            "canary": self.canary,
+            "monitors": self.monitors,
+            "reward_baseline": self.reward_baseline,
+        }
         if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
-        state["methods"] = self.methods.state_dict()
-        state["reward_baseline"] = self.reward_baseline.state_dict()
-        state["monitors"] = self.monitors.state_dict()
-        if hasattr(self.components.task, "state_dict"):
-            state["task"] = self.components.task.state_dict()
+            parts["critic"] = self.critic
+        if hasattr(self.components.task, "state_dict"):  # e.g. tree_search's curriculum
+            parts["task"] = self.components.task
+        return parts
+
+    def save(self) -> None:
+        state = dict(
+            self.state,
+            update_rng=self.update_rng.get_state(),
+            in_flight=self.source.in_flight(),  # batches sampled ahead (rollout.max_staleness)
+            methods=self.methods.state_dict(),
+            **{key: part.state_dict() for key, part in self.stateful().items()},
+        )
         step, directory = self.state["step"], self.run_dir.checkpoints
         try:
             u = self.updater
@@ -472,87 +394,10 @@ class Trainer:
     def rollout(
         self, timings: dict[str, float]
     ) -> tuple[list[Trajectory], torch.Tensor | None, dict[str, float]]:
-        """This step's groups (after any group filtering), each sample's greedy-baseline reward
-        when the estimator needs one, and sampling metrics."""
-        cfg, algo = self.cfg, self.cfg.algo
-        wanted = cfg.rollout.batch_size // cfg.rollout.group_size
-        kept: list[Trajectory] = []
-        baselines: list[float] = []
-        sampled = rounds = dropped = 0
-        counts = {"sampling/infra_excluded": 0}
-        for ahead in range(cfg.rollout.max_staleness + 1):  # this step's batch, then the next k
-            self.source.submit(
-                self.problems(self.state["cursor"] + ahead * wanted, wanted),
-                cfg.rollout.group_size,
-                (cfg.train.seed, TRAIN_STREAM, self.state["step"] + ahead),
-            )
-        while len(kept) < wanted * cfg.rollout.group_size and rounds <= algo.max_sampling_rounds:
-            problems = self.problems(self.state["cursor"], wanted)
-            self.state["cursor"] += wanted
-            # round 0 keeps the plain (seed, stream, step) seed; extra rounds get their own
-            seed = (cfg.train.seed, TRAIN_STREAM, self.state["step"]) + (
-                (rounds,) if rounds else ()
-            )
-            trajectories, greedy = self.collect_round(problems, seed, timings)
-            trajectories, greedy = self.exclude_infra_errors(trajectories, greedy, counts)
-            sampled += len(problems)
-            if not algo.dynamic_sampling:
-                kept, baselines = trajectories, greedy or []
-                break
-            rewards = torch.tensor([t.reward for t in trajectories])
-            keep = varied_groups(rewards, torch.tensor([t.group_id for t in trajectories]))
-            kept_ids = sorted({t.group_id for t, k in zip(trajectories, keep.tolist()) if k})
-            dropped += len(problems) - len(kept_ids)
-            offset = max((t.group_id for t in kept), default=-1) + 1  # ids unique across rounds
-            renumber = {g: offset + i for i, g in enumerate(kept_ids)}
-            for t, b, k in zip(trajectories, greedy or [0.0] * len(trajectories), keep.tolist()):
-                if k:
-                    t.group_id = renumber[t.group_id]
-                    kept.append(t)
-                    baselines.append(b)
-            rounds += 1
-        if not kept:  # nothing varied in any round: train on the last one (zero advantages)
-            kept, baselines = trajectories, greedy or []
-        kept, baselines = kept[: wanted * cfg.rollout.group_size], baselines[: len(kept)]
-        metrics = {
-            **counts,
-            "sampling/prompts": sampled,
-            "sampling/kept_groups": len(kept) // cfg.rollout.group_size,
-            "sampling/dropped_groups": dropped,
-        }
-        needs_baseline = "baseline_rewards" in self.components.requires
-        return kept, torch.tensor(baselines) if needs_baseline else None, metrics
+        return self.sampler.collect(self.state, timings)
 
     def problems(self, cursor: int, count: int) -> list:
-        return [self.components.task.train_problem(cursor + i) for i in range(count)]
-
-    def exclude_infra_errors(
-        self, trajectories: list[Trajectory], greedy: list[float] | None, counts: dict
-    ) -> tuple[list[Trajectory], list[float] | None]:
-        """Drop samples whose reward failed for infrastructure reasons (and groups left too small)."""
-        keep = usable_samples(
-            torch.tensor([t.status == "infra_error" for t in trajectories]),
-            torch.tensor([t.group_id for t in trajectories]),
-            self.components.min_group_size,
-        ).tolist()
-        counts["sampling/infra_excluded"] += keep.count(False)
-        kept = [t for t, k in zip(trajectories, keep) if k]
-        return kept, None if greedy is None else [b for b, k in zip(greedy, keep) if k]
-
-    def collect_round(self, problems, seed, timings) -> tuple[list[Trajectory], list[float] | None]:
-        cfg = self.cfg
-        source = self.source
-        trajectories = source.collect(problems, cfg.rollout.group_size, seed)
-        self.reward_errors.record(self.state["step"] + 1, trajectories)
-        for name, seconds in source.timings.items():
-            timings[f"time/{name}"] = timings.get(f"time/{name}", 0.0) + seconds
-        timings.update({f"rollout/{name}": value for name, value in source.stats.items()})
-        if "baseline_rewards" not in self.components.requires:
-            return trajectories, None
-        with timed(timings, "time/baseline_rollout"):
-            greedy = replace(source.evaluator.params, temperature=0.0)
-            per_prompt = [t.reward for t in source.evaluator.collect(problems, 1, seed, greedy)]
-        return trajectories, [per_prompt[t.group_id] for t in trajectories]
+        return self.sampler.problems(cursor, count)
 
     def logprob_passes(
         self, rows: Batch, step: Step, timings: dict[str, float], extra: dict[str, float]
