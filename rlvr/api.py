@@ -26,15 +26,15 @@ def _config(config: str | Path | dict | Config | None, overrides: tuple[str, ...
 def runner(cfg: Config):
     """What trains this config: a cohort, a debate, RSPO's pair, or one Trainer."""
     if cfg.cohort.members:
-        from rlvr.train.cohort import Cohort
+        from rlvr.methods.cohort import Cohort
 
         return Cohort
     if cfg.debate.rounds:
-        from rlvr.train.debate import Debate
+        from rlvr.methods.debate import Debate
 
         return Debate
     if cfg.algo.rspo_explorer:
-        from rlvr.train.rspo import RSPO
+        from rlvr.methods.rspo import RSPO
 
         return RSPO
     from rlvr.train.trainer import Trainer
