@@ -24,22 +24,11 @@ def _config(config: str | Path | dict | Config | None, overrides: tuple[str, ...
 
 
 def runner(cfg: Config):
-    """What trains this config: a cohort, a debate, RSPO's pair, or one Trainer."""
-    if cfg.cohort.members:
-        from rlvr.train.cohort import Cohort
+    """What trains this config: the runner of several policies it asks for (a cohort, a debate,
+    RSPO's pair: rlvr/methods/runners.py's RUNNERS), or one Trainer."""
+    from rlvr.methods.runners import choose_runner
 
-        return Cohort
-    if cfg.debate.rounds:
-        from rlvr.train.debate import Debate
-
-        return Debate
-    if cfg.algo.rspo_explorer:
-        from rlvr.train.rspo import RSPO
-
-        return RSPO
-    from rlvr.train.trainer import Trainer
-
-    return Trainer
+    return choose_runner(cfg)
 
 
 def run(config: str | Path | dict | Config | None = None, *overrides: str) -> dict:

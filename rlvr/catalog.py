@@ -19,11 +19,12 @@ KINDS = (
     "engines",
     "backends",
     "methods",
+    "runners",
     "presets",
 )
 PLUGIN_GROUPS = {
     kind: f"rlvr.{kind}"
-    for kind in ("advantages", "losses", "rewards", "tasks", "engines", "methods")
+    for kind in ("advantages", "losses", "rewards", "tasks", "engines", "methods", "runners")
 }
 
 
@@ -49,6 +50,8 @@ def registry(kind: str) -> dict:
         from rlvr.distributed.backends import BACKENDS as found
     elif kind == "methods":
         from rlvr.methods import METHODS as found
+    elif kind == "runners":
+        from rlvr.methods.runners import RUNNERS as found
     else:
         from rlvr.models.tiny import PRESETS
 

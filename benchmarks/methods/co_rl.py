@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rlvr.config import load_config
-from rlvr.train.cohort import Cohort
+from rlvr.methods.cohort import Cohort
 
 from runs import report
 

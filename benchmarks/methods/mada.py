@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from rlvr.config import load_config
-from rlvr.train.debate import Debate
+from rlvr.methods.debate import Debate
 
 from runs import report, run_all, warm_start
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rlvr.config import load_config
-from rlvr.train.rspo import RSPO
+from rlvr.methods.rspo import RSPO
 from rlvr.train.trainer import Trainer
 
 from runs import report, run_all, warm_start

@@ -1,5 +1,5 @@
-"""Several Trainers stepped together (a Co-RL cohort, a MADA-RL debate), each on its own model
-or as a named LoRA adapter of one shared model; what they share: run, stop, resume, close."""
+"""Several Trainers stepped together (the runners of rlvr/methods/runners.py), each on its own
+model or as a named LoRA adapter of one shared model; what they share: run, stop, resume, close."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def two_steps(fast_overrides, monkeypatch, *overrides):
     return trainer, moved
 
 
-# counterfactual is a debate critic's baseline: tests/train/test_debate.py trains with it
+# counterfactual is a debate critic's baseline: tests/methods/test_debate.py trains with it
 @pytest.mark.parametrize("name", sorted(set(ADVANTAGES) - {"counterfactual"}))
 def test_every_estimator_trains(name, fast_overrides, monkeypatch):
     # an estimator of tree segments trains on tree rollouts

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from rlvr.config import ConfigError, load_config
+from rlvr.methods.debate import Debate, check_debate, correction_metrics, role_configs
 from rlvr.train.checkpoint import COMPLETE
-from rlvr.train.debate import Debate, check_debate, correction_metrics, role_configs
 
 DEBATE = ["debate.rounds=2", "model.lora.r=4"]
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from rlvr.config import ConfigError, load_config
+from rlvr.methods.cohort import Cohort, check_cohort, member_configs, rescore
 from rlvr.train.checkpoint import COMPLETE
-from rlvr.train.cohort import Cohort, check_cohort, member_configs, rescore
 from rlvr.types import Problem, Trajectory
 
 MEMBERS = 'cohort.members=[{}, {"train.seed": 1, "model.pretrain_flawed_share": 0.6}]'

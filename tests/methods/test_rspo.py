@@ -2,7 +2,7 @@ import pytest
 
 from rlvr.api import runner
 from rlvr.config import ConfigError, load_config
-from rlvr.train.rspo import RSPO, outcome_only, relabelled_replay
+from rlvr.methods.rspo import RSPO, outcome_only, relabelled_replay
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 

@@ -68,7 +68,13 @@ def relabelled_replay(explored: list[Trajectory], first_group: int) -> list[Traj
 
 
 class RSPO(TrainerGroup):
-    """The main policy and its explorer, stepped together; `run()` is the loop."""
+    """RSPO (`algo.rspo_explorer`): the main policy and its explorer, stepped together, the
+    explorer's replies relabelled into the main policy's batch."""
+
+    @classmethod
+    def chosen(cls, cfg: Config) -> bool:
+        """A config that turns on the explorer trains the pair."""
+        return cfg.algo.rspo_explorer
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg

@@ -129,7 +129,13 @@ def correction_metrics(
 
 
 class Debate(TrainerGroup):
-    """The two roles' Trainers on one model (members [generator, critic]); `run()` is the loop."""
+    """MADA-RL (`debate.rounds`): the Trainers of a generator and of a critic that answers again,
+    shown the earlier answers, two adapters on one model (members [generator, critic])."""
+
+    @classmethod
+    def chosen(cls, cfg: Config) -> bool:
+        """A config with debate rounds (2 or more: the config refuses 1) trains a debate."""
+        return bool(cfg.debate.rounds)
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg

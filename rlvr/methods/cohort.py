@@ -8,8 +8,6 @@ import json
 import time
 from pathlib import Path
 
-from sklearn.metrics import cohen_kappa_score
-
 from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
@@ -115,6 +113,10 @@ def kappa(own: list[str], peer: list[str]) -> float | None:
     always gave the one same answer)."""
     if not own or set(own) | set(peer) == set(own[:1]):
         return None
+    # imported on first use: sklearn takes seconds to import, and every run imports this module
+    # to ask whether it trains a cohort
+    from sklearn.metrics import cohen_kappa_score
+
     return float(cohen_kappa_score(own, peer))
 
 
@@ -165,7 +167,13 @@ def lora_base(cfg: Config) -> tuple | None:
 
 
 class Cohort(TrainerGroup):
-    """The members' Trainers, stepped together; `run()` is the loop."""
+    """Co-RL (`cohort.members`): the members' Trainers stepped together on the same problems,
+    each rewarded for agreeing with a neighbour's majority answer."""
+
+    @classmethod
+    def chosen(cls, cfg: Config) -> bool:
+        """A config that lists cohort members trains them as a cohort."""
+        return bool(cfg.cohort.members)
 
     def __init__(self, cfg: Config, resume: Path | None = None):
         self.cfg = cfg
