@@ -1,4 +1,3 @@
-
 import pytest
 
 from rlvr.algos.kl import k3
@@ -294,5 +293,3 @@ def test_partial_rollouts_accepted_with_their_prerequisites():
         "rollout.partial_tokens=8",
     ])  # fmt: skip
     assert cfg.rollout.partial_tokens == 8
-
-

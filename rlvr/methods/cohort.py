@@ -14,8 +14,9 @@ from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, maj
 from rlvr.tasks.paraphrase import Paraphrased
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
+from rlvr.train.policy import policy_path
 from rlvr.train.setup import build_components
-from rlvr.train.trainer import Trainer, policy_path
+from rlvr.train.trainer import Trainer
 from rlvr.types import Trajectory
 
 # Keys every member must share: they sample the same problems in the same steps, and save and

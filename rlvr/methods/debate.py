@@ -18,8 +18,9 @@ from rlvr.rollout.critique import critic_problem, shown_text
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.hooks import Method
+from rlvr.train.sampling import Sampled
 from rlvr.train.setup import build_components
-from rlvr.train.trainer import Sampled, Trainer
+from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 
 GENERATOR, CRITIC = "default", "critic"  # peft adapter names; apply_lora's first is "default"

@@ -12,8 +12,9 @@ from pathlib import Path
 from rlvr.config import Config, ConfigError, build_config
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
+from rlvr.train.policy import policy_path
 from rlvr.train.setup import build_components
-from rlvr.train.trainer import Trainer, policy_path
+from rlvr.train.trainer import Trainer
 from rlvr.types import Trajectory
 
 ROLES = ("main", "explorer")

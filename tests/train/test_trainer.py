@@ -70,7 +70,12 @@ def parity(problem, response):
         [],
         ["model.lora.r=4", "model.lora.dropout=0.1", "train.lr=1e-3"],
         # 3PO: the weight draws follow the optimizer's second moments, which the checkpoint keeps
-        ["model.lora.r=4", "train.lr=1e-3", "methods.c3po.weight_samples=2", "algo.tis=sequence_mask"],
+        [
+            "model.lora.r=4",
+            "train.lr=1e-3",
+            "methods.c3po.weight_samples=2",
+            "algo.tis=sequence_mask",
+        ],
     ],
     ids=["full", "lora", "c3po"],
 )
@@ -121,7 +126,9 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(
         for key in ("loss", "kl", "entropy"):
             assert abs(a[step][key] - b[step][key]) < 1e-6, (step, key)
     assert all(a[step]["grad_norm"] > 0 for step in a)
-    if "methods.c3po.weight_samples=2" in lora:  # the replies came from weights off the trained ones
+    if (
+        "methods.c3po.weight_samples=2" in lora
+    ):  # the replies came from weights off the trained ones
         assert all(a[s]["mismatch/abs_diff_mean"] > 1e-3 for s in a)
         assert all(
             a[s]["rollout/weight_sigma_mean"] == b[s]["rollout/weight_sigma_mean"] for s in a
