@@ -210,6 +210,42 @@ def cmd_list(args) -> None:
             print(f"  {name:<{width}}  {doc}")
 
 
+def add_merge(sub) -> None:
+    """`rlvr merge`: models fine-tuned from one base, merged into one."""
+    mg = sub.add_parser("merge", help="merge models fine-tuned from one base into one HF model")
+    mg.add_argument("--method", required=True,
+                    help="average | task_arithmetic | ties | dare_ties | dare_linear | tsv")  # fmt: skip
+    mg.add_argument("--base", required=True, help="the model every one of --models started from")
+    mg.add_argument(
+        "--models", nargs="+", required=True, help="model or peft adapter directories to merge"
+    )
+    mg.add_argument("--out", required=True, help="directory to write the merged model to")
+    mg.add_argument("--weights", type=float, nargs="+", help="one per model (default 1 each)")
+    mg.add_argument("--scale", type=float, default=1.0, help="lambda on the merged task vector")
+    mg.add_argument("--density", type=float,
+                    help="share of each task vector kept (ties 0.2, dare_* 0.8)")  # fmt: skip
+    mg.add_argument("--seed", type=int, default=0, help="DARE's random drops")
+    mg.set_defaults(func=cmd_merge)
+
+
+def add_analyze(sub) -> None:
+    """`rlvr analyze`: pass@k, diversity and entropy of models on a task's held-out problems."""
+    an = sub.add_parser(
+        "analyze",
+        help="pass@k up to large k, diversity, entropy and reference-reply probability of models",
+    )
+    an.add_argument(
+        "targets", nargs="+", help="models (run directories, or model directories with --task), "
+        "then section.key=value overrides",
+    )  # fmt: skip
+    an.add_argument("--task", help="task name (a run directory brings its own)")
+    an.add_argument("--config", help="TOML/YAML config file for task and sampling settings")
+    an.add_argument("--k", type=int, default=64, help="samples per problem (default 64)")
+    an.add_argument("--problems", type=int, default=50, help="held-out problems (default 50)")
+    an.add_argument("--plot", help="also write the pass@k curves to this PNG")
+    an.set_defaults(func=cmd_analyze, overrides=[])
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="rlvr",
@@ -258,39 +294,13 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--steps", type=int, default=5, help="steps to measure (default 5)")
     prof.set_defaults(func=cmd_profile)
 
-    mg = sub.add_parser("merge", help="merge models fine-tuned from one base into one HF model")
-    mg.add_argument("--method", required=True,
-                    help="average | task_arithmetic | ties | dare_ties | dare_linear | tsv")  # fmt: skip
-    mg.add_argument("--base", required=True, help="the model every one of --models started from")
-    mg.add_argument(
-        "--models", nargs="+", required=True, help="model or peft adapter directories to merge"
-    )
-    mg.add_argument("--out", required=True, help="directory to write the merged model to")
-    mg.add_argument("--weights", type=float, nargs="+", help="one per model (default 1 each)")
-    mg.add_argument("--scale", type=float, default=1.0, help="lambda on the merged task vector")
-    mg.add_argument("--density", type=float,
-                    help="share of each task vector kept (ties 0.2, dare_* 0.8)")  # fmt: skip
-    mg.add_argument("--seed", type=int, default=0, help="DARE's random drops")
-    mg.set_defaults(func=cmd_merge)
+    add_merge(sub)
 
     ls = sub.add_parser("list", help="show the registries")
     ls.add_argument("kind", nargs="?", choices=KINDS)
     ls.set_defaults(func=cmd_list, light=True)
 
-    an = sub.add_parser(
-        "analyze",
-        help="pass@k up to large k, diversity, entropy and reference-reply probability of models",
-    )
-    an.add_argument(
-        "targets", nargs="+", help="models (run directories, or model directories with --task), "
-        "then section.key=value overrides",
-    )  # fmt: skip
-    an.add_argument("--task", help="task name (a run directory brings its own)")
-    an.add_argument("--config", help="TOML/YAML config file for task and sampling settings")
-    an.add_argument("--k", type=int, default=64, help="samples per problem (default 64)")
-    an.add_argument("--problems", type=int, default=50, help="held-out problems (default 50)")
-    an.add_argument("--plot", help="also write the pass@k curves to this PNG")
-    an.set_defaults(func=cmd_analyze, overrides=[])
+    add_analyze(sub)
 
     rep = sub.add_parser(
         "report", help="a run's page: curves, evals, config and samples, one HTML file"

@@ -115,7 +115,6 @@ class Batch:
     token_rewards: Any  # [B, T-1] float: each turn's reward on that turn's last policy token
     turn_ids: Any  # [B, T-1] long: the turn each policy token belongs to, -1 elsewhere
     turn_rewards: Any  # [B, K] float: each turn's reward, NaN past the episode's last turn
-    domains: Any = None  # [B] str: each row's Problem.domain (poise fits a probe per domain)
 
     @classmethod
     def from_trajectories(cls, trajectories: list[Trajectory], pad_id: int) -> Batch:
@@ -154,7 +153,6 @@ class Batch:
             token_rewards=token_rewards[:, 1:],
             turn_ids=turn_ids[:, 1:],
             turn_rewards=turn_rewards,
-            domains=[t.problem.domain for t in trajectories],
         )
 
     def __len__(self) -> int:
@@ -168,9 +166,7 @@ class Batch:
         joined = {}
         for name, mine in vars(self).items():
             theirs = getattr(other, name)
-            if name == "domains":
-                joined[name] = None if mine is None else [*mine, *(theirs or [])]
-            elif mine.dim() == 1:
+            if mine.dim() == 1:
                 joined[name] = torch.cat([mine, theirs])
             else:
                 width, value = max(mine.shape[1], theirs.shape[1]), fill.get(name, 0)
@@ -182,10 +178,4 @@ class Batch:
 
     def rows(self, index: list[int]) -> Batch:
         """The batch of these rows only, in this order (same width)."""
-        picked = {
-            name: value[index] if hasattr(value, "shape") else value
-            for name, value in vars(self).items()
-        }
-        if self.domains is not None:
-            picked["domains"] = [self.domains[i] for i in index]
-        return Batch(**picked)
+        return Batch(**{name: value[index] for name, value in vars(self).items()})

@@ -57,7 +57,7 @@ def test_batch_rows_picks_every_field_of_those_rows_in_order():
     assert picked.input_ids.tolist() == [[5, 8], [5, 6]]
     assert picked.behaviour_logprobs.tolist() == [[-2.0], [0.0]]
     assert picked.rewards.tolist() == [2.0, 0.0] and picked.group_ids.tolist() == [2, 0]
-    assert picked.domains == ["add", "add"] and len(picked) == 2
+    assert len(picked) == 2
     assert picked.turn_rewards.tolist() == [[2.0], [0.0]]
 
 
@@ -78,4 +78,4 @@ def test_batch_concat_pads_each_field_with_its_own_filler():
     assert both.token_rewards.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
     assert both.turn_rewards[0, 1].isnan() and both.turn_rewards[1].tolist() == [1.0, 1.0]
     assert both.rewards.tolist() == [1.0, 2.0] and both.group_ids.tolist() == [2, 4]
-    assert both.domains == ["d2", "d4"] and len(both) == 2
+    assert len(both) == 2

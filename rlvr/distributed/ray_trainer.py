@@ -16,7 +16,6 @@ import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.config import Config
-from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.ray_rollout import (
     RolloutTimeoutError,
     placement_lines,
@@ -33,6 +32,7 @@ from rlvr.distributed.sharded import (
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import apply_lora, trainable_state_dict
 from rlvr.train.checkpoint import Restored
+from rlvr.train.data_parallel import DataParallel
 from rlvr.train.update import (
     UpdateInputs,
     UpdateResult,

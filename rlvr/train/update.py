@@ -19,11 +19,11 @@ from rlvr.algos.correction import mismatch_metrics
 from rlvr.algos.kl import KLFn
 from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import AlgoConfig, Config
-from rlvr.distributed.data_parallel import SINGLE, DataParallel
 from rlvr.models.logprobs import Gather, LogNormaliser, autocast, token_logprobs
 from rlvr.models.lora import trainable_state_dict
 from rlvr.models.shared_prefix import Prompts, find_prompts, worth_sharing
 from rlvr.train.batching import by_length
+from rlvr.train.data_parallel import SINGLE, DataParallel
 from rlvr.types import Batch
 
 if TYPE_CHECKING:
@@ -247,6 +247,13 @@ def imitation_loss(
     return coef * nll, nll.item()
 
 
+def imitation_parts(data: UpdateInputs, minibatches: int) -> list[torch.Tensor]:
+    """Each optimizer step's share of the imitation rows, in a fixed order (none without)."""
+    if data.imitation is None:
+        return [torch.arange(0)] * minibatches
+    return list(torch.arange(len(data.imitation.batch)).tensor_split(minibatches))
+
+
 def imitation_backward(
     model, data: UpdateInputs, part: torch.Tensor, cfg: Config, parallel: DataParallel
 ) -> dict[str, float]:
@@ -290,12 +297,7 @@ def policy_update(
     share = cfg.train.share_prompt and not parallel.sharded and not data.terms
     prompts = batch_prompts(batch, share)
     units = None if prompts is None else prompts.unit
-    # each optimizer step also imitates its share of the imitation rows, in a fixed order
-    imitate = (
-        torch.arange(len(data.imitation.batch)).tensor_split(algo.minibatches)
-        if data.imitation is not None
-        else [torch.arange(0)] * algo.minibatches
-    )
+    imitate = imitation_parts(data, algo.minibatches)
     inert = zero_gradient_rows(data, cfg, loss_fn, kl_fn)
     ran = torch.zeros(len(batch), dtype=torch.bool)
     model.train()
@@ -330,19 +332,12 @@ def policy_update(
             if inert is not None:  # the entropy of the rows trained, not diluted by the skipped
                 trained_tokens = float(batch.loss_mask[trained].sum())
                 step_metrics["entropy"] *= num_tokens / max(trained_tokens, 1.0)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
-            if hasattr(grad_norm, "full_tensor"):  # a sharded model's, over all ranks' shards
-                grad_norm = grad_norm.full_tensor()
-            if not (torch.isfinite(grad_norm) and all(map(_finite, step_metrics.values()))):
-                optimizer.zero_grad(
-                    set_to_none=True
-                )  # a NaN step would poison the weights for good
+            grad_norm = optimizer_step(model, optimizer, scheduler, step_metrics, cfg)
+            if grad_norm is None:
                 skipped += 1
                 continue
-            optimizer.step()
-            scheduler.step()
             optimizer_steps += 1
-            step_metrics["grad_norm"] = float(grad_norm)
+            step_metrics["grad_norm"] = grad_norm
             for name, value in step_metrics.items():
                 sums[name] += value
     metrics = {name: value / max(optimizer_steps, 1) for name, value in sums.items()}
@@ -354,6 +349,20 @@ def policy_update(
         parallel.sum_tensor(trainer_logprobs)  # each rank recorded its own rows
         metrics.update(mismatch_metrics(trainer_logprobs, batch.behaviour_logprobs, recorded))
     return UpdateResult(metrics, skipped, None if inert is None else torch.nonzero(ran)[:, 0])
+
+
+def optimizer_step(model, optimizer, scheduler, metrics: dict[str, float], cfg: Config):
+    """Clip the summed gradient and step; None, with no step, where the gradient or a metric is
+    not finite (a NaN step would poison the weights for good); else the gradient's norm."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.max_grad_norm)
+    if hasattr(grad_norm, "full_tensor"):  # a sharded model's, over all ranks' shards
+        grad_norm = grad_norm.full_tensor()
+    if not (torch.isfinite(grad_norm) and all(map(_finite, metrics.values()))):
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    optimizer.step()
+    scheduler.step()
+    return float(grad_norm)
 
 
 def zero_gradient_rows(data: UpdateInputs, cfg: Config, loss_fn, kl_fn) -> torch.Tensor | None:

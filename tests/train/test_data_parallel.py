@@ -7,10 +7,10 @@ import torch.multiprocessing as mp
 
 from rlvr.algos.losses import ppo_clip
 from rlvr.config import LoraSettings, load_config
-from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.sharded import local_numel, shard_model
 from rlvr.models.lora import apply_lora
 from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.train.data_parallel import DataParallel
 from rlvr.train.update import UpdateInputs, policy_update
 from rlvr.types import Batch, Problem, Trajectory
 
