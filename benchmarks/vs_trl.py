@@ -74,8 +74,8 @@ def shared_setup(overrides: list[str]):
 def final_eval(model_dir: str, overrides: list[str]) -> dict[str, float]:
     """rlvr's held-out eval of a saved model: greedy accuracy, and pass@k at train.eval_k."""
     from rlvr.models.loading import load_model
+    from rlvr.rollout.build import make_runner
     from rlvr.train.evaluate import evaluate
-    from rlvr.train.setup import make_runner
 
     cfg, components, _, _ = shared_setup(overrides)
     model, tokenizer = load_model(model_dir, "float32", False)

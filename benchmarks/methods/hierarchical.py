@@ -33,7 +33,7 @@ from machine import machine
 
 from rlvr.config import load_config
 from rlvr.rollout import HFEngine
-from rlvr.train.setup import make_runner
+from rlvr.rollout.build import make_runner
 from rlvr.train.trainer import Trainer
 from rlvr.types import Trajectory
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlvr.config import Config
 from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.local import InProcessRollout, LocalUpdate
+from rlvr.rollout.build import build_engine, make_runner, sampling_params
 from rlvr.rollout.replay import ReplayEngine
 
 
@@ -14,9 +15,6 @@ class Local:
 
     @staticmethod
     def source(cfg: Config, model, tokenizer, components, model_path: str) -> RolloutSource:
-        # imported here: the wiring imports this module to pick the backend
-        from rlvr.train.setup import build_engine, make_runner
-
         engine = build_engine(cfg, model, tokenizer, model_path)
         methods = components.methods
         evaluating = methods.engine(engine, model, tokenizer, training=False)
@@ -44,7 +42,6 @@ class Ray:
     def source(cfg: Config, model, tokenizer, components, model_path: str) -> RolloutSource:
         from rlvr.distributed.ray_partial import PartialRayRollout
         from rlvr.distributed.ray_rollout import RayRollout
-        from rlvr.train.setup import sampling_params  # the wiring imports this module
 
         source = PartialRayRollout if cfg.rollout.partial_tokens else RayRollout
         return source(cfg, tokenizer, model_path, sampling_params(cfg))

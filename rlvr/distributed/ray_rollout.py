@@ -80,7 +80,8 @@ class RolloutWorker:
     """One actor's policy copy, engine and runners (made remote by RayRollout)."""
 
     def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str):
-        from rlvr.train.setup import build_components, build_engine, make_runner
+        from rlvr.rollout.build import build_engine, make_runner
+        from rlvr.train.setup import build_components
 
         torch.set_num_threads(cfg.distributed.torch_threads)
         components = build_components(cfg)

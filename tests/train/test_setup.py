@@ -8,7 +8,8 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards.penalties import LengthPenalty
-from rlvr.train.setup import build_components, build_engine
+from rlvr.rollout.build import build_engine
+from rlvr.train.setup import build_components
 from rlvr.types import Problem
 
 
