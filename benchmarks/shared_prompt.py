@@ -27,7 +27,6 @@ import time
 import torch
 import transformers
 
-from rlvr.algos.losses import LOSSES
 from rlvr.config import load_config
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import UpdateInputs, make_optimizer, make_scheduler, policy_update
@@ -90,7 +89,7 @@ def update_seconds(trainer: Trainer, batch: Batch, repeats: int) -> dict:
             optimizer = make_optimizer(cfg, model)
             scheduler = make_scheduler(cfg, optimizer)
             start = time.perf_counter()
-            policy_update(model, optimizer, scheduler, data, cfg, LOSSES[cfg.algo.loss], None,
+            policy_update(model, optimizer, scheduler, data, cfg, trainer.components.loss, None,
                           torch.Generator().manual_seed(0))  # fmt: skip
             if i:
                 times[share].append(time.perf_counter() - start)

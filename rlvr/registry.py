@@ -1,15 +1,17 @@
 """Lookup in the plain-dict registries, with did-you-mean errors and `module:attr` plugins, and
-validation of a component's own params."""
+validation of a component's own params (and binding them to a registered function)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rlvr.config import ConfigError, suggest
 
@@ -65,6 +67,33 @@ def validate_params(model: type[BaseModel], settings: dict, prefix: str, extra_k
             else:
                 lines.append(f"{key} = {_nested(settings, err['loc'])!r}: {err['msg']}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+class FnParams(BaseModel):
+    """The settings of a registered function (an advantage estimator's or a loss's), declared as
+    its `Params` and given in the config as algo.advantage_params / algo.loss_params: a mistyped
+    key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def fn_params(fn: Callable, settings: dict, key: str, what: str) -> BaseModel | None:
+    """`settings` validated against `fn.Params` (None for a function without one, which then
+    refuses any settings). `key` is where they came from (e.g. 'algo.loss_params'), `what`
+    names the function in the message (e.g. "loss 'sapo'")."""
+    model = getattr(fn, "Params", None)
+    if model is None:
+        if settings:
+            raise ConfigError(f"{key}: {what} takes no settings; fix: remove {key}.")
+        return None
+    return validate_params(model, settings, key)
+
+
+def bind_params(fn: Callable, params: BaseModel) -> Callable:
+    """`fn` with `params` bound as its keyword `params`. The attributes callers read off the
+    function (requires, min_group_size, advantage_weighted, ...) and its name and docstring
+    carry over, so the bound function stands in for it wherever it is called or inspected."""
+    return functools.update_wrapper(functools.partial(fn, params=params), fn)
 
 
 def _nested(settings: Any, loc: tuple) -> Any:

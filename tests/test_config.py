@@ -1,7 +1,7 @@
 import pytest
 
 from rlvr.algos.kl import k3
-from rlvr.config import Config, ConfigError, dump_config, load_config
+from rlvr.config import RENAMED, Config, ConfigError, dump_config, load_config
 from rlvr.train.setup import build_components
 
 
@@ -189,6 +189,41 @@ def test_hash_ignores_logging_and_steps_only():
     base = load_config()
     assert load_config(None, ["log.name=x", "train.steps=3"]).hash() == base.hash()
     assert load_config(None, ["train.lr=0.5"]).hash() != base.hash()
+
+
+# algo.q_beta has two new homes: its own test
+ALGO_MOVED = sorted(k for k, v in RENAMED.items() if v.startswith("algo.") and k != "algo.q_beta")
+
+
+@pytest.mark.parametrize("old", ALGO_MOVED)
+def test_a_key_moved_to_an_estimators_or_losss_settings_names_its_new_home(old):
+    new = RENAMED[old]
+    owner = "algo.advantage" if new.startswith("algo.advantage_params.") else "algo.loss"
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"{old}=1"])
+    assert f"'{old}' moved to '{new}' (a setting of the chosen {owner}" in str(e.value)
+    assert f"fix: write {new}" in str(e.value)
+
+
+def test_q_beta_names_both_of_its_new_homes(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[algo]\nadvantage = "soft_bellman"\nloss = "soft_q"\nq_beta = 0.2\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    both = "'algo.advantage_params.beta' and 'algo.loss_params.beta'"
+    assert f"'algo.q_beta' moved to {both}" in str(e.value)
+
+
+def test_an_estimators_and_a_losss_settings_are_tables_of_algo(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[algo]\nloss = "sapo"\n\n[algo.loss_params]\ntau_pos = 2.0\n\n'
+        "[algo.advantage_params]\nk = 3\n"
+    )
+    cfg = load_config(path, ["algo.loss_params.tau_neg=0.5"])
+    assert cfg.algo.loss_params == {"tau_pos": 2.0, "tau_neg": 0.5}
+    assert cfg.algo.advantage_params == {"k": 3}
+    assert load_config().algo.loss_params == load_config().algo.advantage_params == {}
 
 
 # --- build_components: names resolved before any work ---------------------------------

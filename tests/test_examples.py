@@ -2,6 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from rlvr.algos.advantages import ADVANTAGES
+from rlvr.algos.losses import LOSSES
 from rlvr.config import config_reference, load_config
 from rlvr.methods import METHODS
 from rlvr.rewards import REWARDS
@@ -25,5 +27,5 @@ def test_one_example_per_builtin_task():
 
 def test_config_reference_is_current():
     assert (ROOT / "docs" / "config.md").read_text().strip() == config_reference(
-        TASKS, REWARDS, METHODS
+        TASKS, REWARDS, METHODS, ADVANTAGES, LOSSES
     ).strip()

@@ -2,8 +2,17 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.algos.advantages import ADVANTAGES, grpo
+from rlvr.algos.losses import LOSSES
 from rlvr.config import ConfigError
-from rlvr.registry import describe, load_object, lookup, validate_params
+from rlvr.registry import (
+    FnParams,
+    bind_params,
+    describe,
+    fn_params,
+    load_object,
+    lookup,
+    validate_params,
+)
 
 
 def documented():
@@ -78,6 +87,49 @@ def test_validate_params_names_each_bad_key_with_its_fix():
     msg = str(e.value)
     assert "unknown key 'task.digts'. Did you mean 'task.digits'" in msg
     assert "task.inner.depth = 'deep'" in msg
+
+
+class Scale(FnParams):
+    factor: float = 2.0
+
+
+def scaled(x, algo, *, params: Scale):
+    """x times the factor."""
+    return x * params.factor
+
+
+scaled.Params = Scale
+scaled.requires = ("values",)
+scaled.min_group_size = lambda params: int(params.factor)
+
+
+def test_fn_params_validates_settings_and_bind_params_keeps_the_attributes():
+    params = fn_params(scaled, {"factor": 3.0}, "algo.advantage_params", "advantage 'scaled'")
+    bound = bind_params(scaled, params)
+    assert bound(2.0, None) == 6.0
+    assert bound.requires == ("values",) and bound.Params is Scale
+    assert bound.min_group_size(params) == 3
+    assert bound.__name__ == "scaled" and bound.__doc__ == "x times the factor."
+
+
+def test_fn_params_names_a_mistyped_key_and_refuses_settings_of_a_function_without_params():
+    with pytest.raises(
+        ConfigError, match="'algo.loss_params.factr'. Did you mean 'algo.loss_params.factor'"
+    ):
+        fn_params(scaled, {"factr": 3.0}, "algo.loss_params", "loss 'scaled'")
+    assert fn_params(grpo, {}, "algo.advantage_params", "advantage 'grpo'") is None
+    with pytest.raises(ConfigError, match="advantage 'grpo' takes no settings; fix: remove"):
+        fn_params(grpo, {"k": 2}, "algo.advantage_params", "advantage 'grpo'")
+
+
+@pytest.mark.parametrize("fn", [*ADVANTAGES.values(), *LOSSES.values()], ids=lambda f: f.__name__)
+def test_every_builtin_params_refuses_unknown_keys_and_describes_each(fn):
+    model = getattr(fn, "Params", None)
+    if model is None:
+        return
+    assert issubclass(model, FnParams) and model.model_config.get("extra") == "forbid"
+    assert all(field.description for field in model.model_fields.values())
+    model()  # every setting has a default: a run need not name any
 
 
 def test_describe_first_doc_lines_sorted():

@@ -40,7 +40,13 @@ def run_arm(name: str, seed: int, args, run_dir: str, buffers: dict[int, str]) -
     algo = (
         ["algo.advantage=raft", "algo.loss=reinforce"]
         if name == "filtered_bc"
-        else [f"algo.q_beta={name.removeprefix('soft_q_beta')}", f"algo.lam={args.lam}"]
+        else [
+            *(
+                f"algo.{part}_params.beta={name.removeprefix('soft_q_beta')}"
+                for part in ("advantage", "loss")
+            ),
+            f"algo.lam={args.lam}",
+        ]  # fmt: skip
     )
     arm = train_arm(RECIPE, [
         *algo, f"rollout.replay={buffers[seed]}", f"train.steps={args.steps}",

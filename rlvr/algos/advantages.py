@@ -1,17 +1,23 @@
 """Advantage estimators: fn(AdvInputs, AlgoConfig) -> advantages [B, T], zero off the loss mask.
 
 Estimators that compare completions of one prompt set `fn.min_group_size`; those that need an
-optional AdvInputs field list it in `fn.requires` (the trainer checks both before a run).
+optional AdvInputs field list it in `fn.requires` (the trainer checks both before a run). An
+estimator with settings of its own declares them as `fn.Params` (a FnParams model) and takes
+them as the keyword `params`: the run's algo.advantage_params, validated and bound before any
+work (rlvr/train/setup.py), so the loop still calls fn(inputs, algo).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+from pydantic import Field
 
 from rlvr.config import AlgoConfig
+from rlvr.registry import FnParams
 
 EPS = 1e-6  # added to every std we divide by, so all-equal groups give 0, not 0/0
 OTB_EPS = 1e-8  # added to otb's sum of weights, as in the paper's code
@@ -44,14 +50,85 @@ class AdvInputs:
     probe_predictions: torch.Tensor | None = None  # [B]
     # prefix_tree: the token each column predicts (Batch.input_ids[:, 1:]), -1 past a row's end
     target_ids: torch.Tensor | None = None  # [B, T] long
-    # soft_bellman: the pre-update policy read as Q = q_beta (x_old - x_ref) on its logits x: the
-    # soft value q_beta (logsumexp x_old - logsumexp x_ref) of the state each position predicts
-    # from, and the Q of the token sampled there
-    soft_values: torch.Tensor | None = None  # [B, T]
-    soft_q_values: torch.Tensor | None = None  # [B, T]
+    # soft_bellman: logsumexp of each position's logits under the pre-update policy and the
+    # reference, and the reference's logprobs of the sampled tokens (with old_logprobs, the
+    # logits of the sampled tokens up to a shared temperature), from which it reads Q and V
+    old_normaliser: torch.Tensor | None = None  # [B, T]
+    ref_normaliser: torch.Tensor | None = None  # [B, T]
+    ref_logprobs: torch.Tensor | None = None  # [B, T]
 
 
 AdvantageFn = Callable[[AdvInputs, AlgoConfig], torch.Tensor]
+
+
+# ---- the settings of the estimators that take any (algo.advantage_params) ----
+
+
+class MtGrpoParams(FnParams):
+    turn_coef: float = Field(
+        1.0, ge=0, description="Weight of the turn-level advantage on earlier turns."
+    )
+
+
+class PrefixTreeParams(FnParams):
+    outcome_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the group-normalised outcome advantage added to each token's tree "
+        "credit.",
+    )
+
+
+class TreeParams(PrefixTreeParams):
+    dedup_shared: bool = Field(
+        True,
+        description="Scale each token by 1 / (leaves sharing its segment), so a shared prefix is "
+        "pushed once in total.",
+    )
+
+
+class RemaxParams(FnParams):
+    reward_to_go: bool = Field(
+        False,
+        description="Each token gets its reward to go minus the baseline (verl) instead of the "
+        "whole sequence's reward (the paper); differs only with per-token rewards.",
+    )
+
+
+class GaeParams(FnParams):
+    lam_mode: Literal["fixed", "length_adaptive"] = Field(
+        "fixed",
+        description="'fixed' uses algo.lam for advantages and critic targets; 'length_adaptive' "
+        "(VAPO / SAO) uses lam = 1 - 1/(lam_alpha * policy tokens of the sequence) for the "
+        "advantages and lam = 1 for the critic's targets.",
+    )
+    lam_alpha: float = Field(
+        1.5, gt=0, description="lam_mode = length_adaptive: the alpha of 1 - 1/(alpha * len)."
+    )
+    whiten_advantages: bool = Field(
+        False,
+        description="Whiten the advantages over the batch's policy tokens, as verl and TRL's PPO "
+        "do (the critic's targets stay raw); false keeps them raw.",
+    )
+
+
+class PassKParams(FnParams):
+    k: int = Field(
+        4, gt=0, description="The k whose pass@k the advantages optimise (needs group_size > k)."
+    )
+
+
+class SoftQParams(FnParams):
+    """Shared by the estimator soft_bellman and the loss soft_q, which must agree on beta."""
+
+    beta: float = Field(
+        0.1,
+        gt=0,
+        description="Temperature of the soft Q read off the logits, Q = beta (x - x_ref); the "
+        "weight of the KL to the reference in the objective it solves (smaller moves the policy "
+        "further from the reference per unit of reward). soft_bellman's and soft_q's must be "
+        "equal.",
+    )
 
 
 def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,7 +223,7 @@ def _group_normalised(values: torch.Tensor, group_ids: torch.Tensor, std: bool) 
     return (values - mean) / (spread + EPS) if std else values - mean
 
 
-def mt_grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def mt_grpo(inputs: AdvInputs, algo: AlgoConfig, *, params: MtGrpoParams) -> torch.Tensor:
     """MT-GRPO (Wei et al. 2025): tokens of an earlier turn k get A_outcome + turn_coef * A_k,
     tokens of the last turn get A_outcome; outcome = the last turn's reward, and each is
     group-normalised like GRPO among the samples of the group that have that turn."""
@@ -167,7 +244,7 @@ def mt_grpo(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
         a_k[earlier] = _group_normalised(
             turn_rewards[earlier, k], inputs.group_ids[earlier], algo.normalize_std
         )
-        adv = adv + torch.where(turn_ids == k, algo.turn_coef * a_k[:, None], 0.0)
+        adv = adv + torch.where(turn_ids == k, params.turn_coef * a_k[:, None], 0.0)
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
@@ -272,13 +349,13 @@ def reinforce_pp_baseline(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _whiten(centred, inputs.loss_mask).float()
 
 
-def remax(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def remax(inputs: AdvInputs, algo: AlgoConfig, *, params: RemaxParams) -> torch.Tensor:
     """ReMax: reward minus the reward of a greedy rollout of the same prompt.
 
-    With algo.remax_reward_to_go each token gets its reward to go minus it (verl's form)."""
+    With params.reward_to_go each token gets its reward to go minus it (verl's form)."""
     source = "the runner fills with a greedy rollout per prompt when algo.advantage='remax'"
     baseline = _require(inputs, "baseline_rewards", "remax", source).double()
-    if not algo.remax_reward_to_go:
+    if not params.reward_to_go:
         return _broadcast(inputs.rewards.double() - baseline, inputs.loss_mask)
     adv = _reward_to_go(inputs) - baseline[:, None]
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
@@ -329,37 +406,39 @@ def _gae(inputs: AdvInputs, algo: AlgoConfig, lam: torch.Tensor) -> torch.Tensor
     return adv
 
 
-def policy_lambda(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def policy_lambda(inputs: AdvInputs, algo: AlgoConfig, params: GaeParams) -> torch.Tensor:
     """Per-row GAE lambda [B] of the advantages: algo.lam, or 1 - 1/(lam_alpha * len) (VAPO)
-    with len the row's policy tokens when algo.lam_mode = 'length_adaptive' (clamped at 0)."""
+    with len the row's policy tokens when params.lam_mode = 'length_adaptive' (clamped at 0)."""
     mask = inputs.loss_mask
-    if algo.lam_mode == "fixed":
+    if params.lam_mode == "fixed":
         return torch.full((mask.shape[0],), algo.lam, dtype=torch.float64, device=mask.device)
     lengths = mask.bool().sum(dim=1).double().clamp(min=1)
-    return (1 - 1 / (algo.lam_alpha * lengths)).clamp(min=0)
+    return (1 - 1 / (params.lam_alpha * lengths)).clamp(min=0)
 
 
-def gae_targets(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def gae_targets(inputs: AdvInputs, algo: AlgoConfig, *, params: GaeParams) -> torch.Tensor:
     """Critic targets of gae, float32 [B, T]: GAE + V with lam, or with lam = 1 (the discounted
-    return to go) when algo.lam_mode = 'length_adaptive'; zero off the loss mask."""
+    return to go) when params.lam_mode = 'length_adaptive'; zero off the loss mask."""
     mask = inputs.loss_mask
-    lam = 1.0 if algo.lam_mode == "length_adaptive" else algo.lam
+    lam = 1.0 if params.lam_mode == "length_adaptive" else algo.lam
     rows = torch.full((mask.shape[0],), lam, dtype=torch.float64, device=mask.device)
     adv = _gae(inputs, algo, rows)  # raises when values are missing
     return torch.where(mask.bool(), adv + inputs.values.double(), 0.0).float()
 
 
-def gae_returns(inputs: AdvInputs, algo: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_returns(
+    inputs: AdvInputs, algo: AlgoConfig, *, params: GaeParams
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE advantages and critic targets (gae_targets), both float32 [B, T]."""
-    return gae(inputs, algo), gae_targets(inputs, algo)
+    return gae(inputs, algo, params=params), gae_targets(inputs, algo, params=params)
 
 
-def gae(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def gae(inputs: AdvInputs, algo: AlgoConfig, *, params: GaeParams) -> torch.Tensor:
     """GAE from critic values: A_t = delta_t + gamma lam A_t+1, delta_t = r_t + gamma V_t+1 - V_t;
-    lam per row from policy_lambda, observation tokens skipped; whitened over the batch when
-    algo.whiten_advantages."""
-    adv = _gae(inputs, algo, policy_lambda(inputs, algo))
-    return (_whiten(adv, inputs.loss_mask) if algo.whiten_advantages else adv).float()
+    lam per row from policy_lambda, observation tokens skipped; whitened over the batch with
+    the setting whiten_advantages."""
+    adv = _gae(inputs, algo, policy_lambda(inputs, algo, params))
+    return (_whiten(adv, inputs.loss_mask) if params.whiten_advantages else adv).float()
 
 
 def running_mean(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
@@ -398,10 +477,10 @@ def _binom_ratio(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
     return ((a[:, None] - i).clamp(min=0) / (b[:, None] - i)).prod(dim=1)
 
 
-def passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def passk(inputs: AdvInputs, algo: AlgoConfig, *, params: PassKParams) -> torch.Tensor:
     """Pass@k training (Chen et al. 2025, analytic): advantages that maximise pass@k, 0/1 rewards.
 
-    Per group of N completions with N_neg wrong and k = algo.pass_k (1 <= k <= N-1):
+    Per group of N completions with N_neg wrong and k = params.k (1 <= k <= N-1):
       p = 1 - C(N_neg, k) / C(N, k)                      (group pass@k estimate)
       std = sqrt(p (1 - p))
       A_pos = (1 - p) / std,   A_neg = (1 - p - C(N_neg-1, k-1) / C(N-1, k-1)) / std
@@ -415,12 +494,12 @@ def passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
             "algo.kl_in_reward=true?). Fix: a binary verifier reward and kl_in_reward=false."
         )
     _, index, counts = torch.unique(inputs.group_ids, return_inverse=True, return_counts=True)
-    k = algo.pass_k
+    k = params.k
     if len(counts) and k >= int(counts.min()):
         raise ValueError(
-            f"advantage 'passk' needs algo.pass_k < group size (k = N makes every advantage 0); "
-            f"got pass_k={k} with a group of {int(counts.min())}. Fix: lower algo.pass_k or "
-            f"raise rollout.group_size."
+            f"advantage 'passk' needs algo.advantage_params.k < group size (k = N makes every "
+            f"advantage 0); got k={k} with a group of {int(counts.min())}. Fix: lower "
+            f"algo.advantage_params.k or raise rollout.group_size."
         )
     n = counts.double()
     n_neg = rewards.new_zeros(len(counts)).index_add_(0, index, 1 - rewards)
@@ -452,28 +531,28 @@ def max_passk(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _broadcast(torch.where(best, gap, 0.0), inputs.loss_mask)
 
 
-def tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def tree(inputs: AdvInputs, algo: AlgoConfig, *, params: TreeParams) -> torch.Tensor:
     """Tree rollouts (TreeRL-style): each token gets its segment's node value minus its parent's.
 
     A node's value is the mean outcome of the leaves below it, so along a leaf the segment
-    advantages add up to its reward minus the group mean. algo.tree_outcome_coef (default 0)
+    advantages add up to its reward minus the group mean. params.outcome_coef (default 0)
     adds that many times the GRPO outcome advantage (group-normalised by the std when
-    algo.normalize_std). With algo.tree_dedup_shared (default true) every token's advantage is
+    algo.normalize_std). With params.dedup_shared (default true) every token's advantage is
     scaled by segment_weights, 1 / the rows sharing its segment, so a prefix shared by c leaves
     is pushed once in total rather than once per leaf.
     """
     source = "the trainer fills from info['tree'] with rlvr.rollout.tree.segment_tensors"
     adv = _require(inputs, "segment_advantages", "tree", source).double()
     weights = _require(inputs, "segment_weights", "tree", source).double()
-    if algo.tree_outcome_coef:
+    if params.outcome_coef:
         outcome = _group_normalised(inputs.rewards.double(), inputs.group_ids, algo.normalize_std)
-        adv = adv + algo.tree_outcome_coef * outcome[:, None]
-    if algo.tree_dedup_shared:
+        adv = adv + params.outcome_coef * outcome[:, None]
+    if params.dedup_shared:
         adv = adv * weights
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
-def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def prefix_tree(inputs: AdvInputs, algo: AlgoConfig, *, params: PrefixTreeParams) -> torch.Tensor:
     """Tree credit from plain samples: each token's node value minus its parent node's.
 
     A group's replies form a tree by their shared token prefixes; a token leads from one node
@@ -483,7 +562,7 @@ def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     part, so a slip at token 90 of a worked solution is blamed there and not on the 89 tokens
     before it. Along a reply the credits add up to its GRPO advantage (over the group std with
     algo.normalize_std). Once a reply runs alone its later tokens get 0;
-    algo.tree_outcome_coef adds that many times the GRPO advantage to every token. Episodes
+    params.outcome_coef adds that many times the GRPO advantage to every token. Episodes
     that part on an environment's reply put that credit on an observation token, off the loss
     mask: the policy did not choose it.
     """
@@ -503,7 +582,7 @@ def prefix_tree(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
         adv[rows] = value[:, 1:] - value[:, :-1]
     mean, spread = group_stats(rewards, inputs.group_ids)
     scale = spread + EPS if algo.normalize_std else torch.ones_like(spread)
-    adv = (adv + algo.tree_outcome_coef * (rewards - mean)[:, None]) / scale[:, None]
+    adv = (adv + params.outcome_coef * (rewards - mean)[:, None]) / scale[:, None]
     return torch.where(inputs.loss_mask.bool(), adv, 0.0).float()
 
 
@@ -555,20 +634,33 @@ def mt_otb(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
     return _otb(inputs, inputs.loss_mask.bool().long().cumsum(-1) - 1, "mt_otb")
 
 
-def soft_bellman(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
+def _soft_values(inputs: AdvInputs, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 [B, T] each: the pre-update policy read as Q = beta (x_old - x_ref) on its logits
+    x, the soft value V = beta (logsumexp x_old - logsumexp x_ref) of the state each position
+    predicts from, and the Q of the token sampled there (its logit x = log pi + logsumexp x)."""
+    source = "the trainer fills from the old-policy and reference passes"
+    old, old_lse, ref, ref_lse = (
+        _require(inputs, name, "soft_bellman", source)
+        for name in ("old_logprobs", "old_normaliser", "ref_logprobs", "ref_normaliser")
+    )
+    # in the passes' precision, widened for the return recursion (tests/records pins this rounding)
+    values = beta * (old_lse - ref_lse)
+    q_values = beta * (old + old_lse - ref - ref_lse)
+    return values.double(), q_values.double()
+
+
+def soft_bellman(inputs: AdvInputs, algo: AlgoConfig, *, params: SoftQParams) -> torch.Tensor:
     """Soft Q-learning targets, soft lambda-returns per policy token (pair with loss soft_q).
 
     G_t = r_t + gamma (V(s') + lam (G' - Q(s', a'))), where s', a' are the state and token of the
     row's next policy token (after any observation) and G_t = r_t on the last. V and Q are the
-    pre-update policy's (a target network refreshed every step): inputs.soft_values and
-    inputs.soft_q_values. lam = 0 is the one-step target r + gamma V(s'); lam = 1 the soft
-    Monte Carlo return, the rewards to go minus q_beta log(pi / pi_ref) of the later tokens.
+    pre-update policy's (a target network refreshed every step), read off its logits and the
+    reference's with params.beta. lam = 0 is the one-step target r + gamma V(s'); lam = 1 the
+    soft Monte Carlo return, the rewards to go minus beta log(pi / pi_ref) of the later tokens.
     Path consistency holds for any token sequence at the soft optimum (PCL, arXiv:1702.08892),
     so the targets stay valid on logged, off-policy replies. Regression targets for Q, not
     advantages: nothing is centred within a group."""
-    source = "the trainer fills from the old-policy and reference passes"
-    values = _require(inputs, "soft_values", "soft_bellman", source).double()
-    q_values = _require(inputs, "soft_q_values", "soft_bellman", source).double()
+    values, q_values = _soft_values(inputs, params.beta)
     mask = inputs.loss_mask.bool()
     rewards = token_rewards_or_outcome(inputs).double()
     targets = torch.zeros_like(rewards)
@@ -588,7 +680,7 @@ def soft_bellman(inputs: AdvInputs, algo: AlgoConfig) -> torch.Tensor:
 for _fn in (grpo, mt_grpo, dr_grpo, rloo, gpg, gdpo, reinforce_pp_baseline, opo, max_passk, tree,
             prefix_tree, otb, mt_otb, poise):  # fmt: skip
     _fn.min_group_size = 2  # a group of one has no baseline to compare against
-passk.min_group_size = lambda algo: algo.pass_k + 1  # k = N would make every advantage zero
+passk.min_group_size = lambda params: params.k + 1  # k = N would make every advantage zero
 gae.requires = ("values",)
 gae.critic_targets = gae_targets  # the trainer fits the critic to these (default: A + V)
 running_mean.requires = ("reward_mean",)
@@ -600,8 +692,16 @@ tree.requires = ("segment_advantages", "segment_weights")
 prefix_tree.requires = ("target_ids",)
 otb.requires = mt_otb.requires = ("old_logprobs", "sum_pi_squared")
 poise.requires = ("probe_predictions",)
-soft_bellman.requires = ("soft_values", "soft_q_values")
+soft_bellman.requires = ("old_logprobs", "old_normaliser", "ref_logprobs", "ref_normaliser")
 soft_bellman.q_targets = True  # its output is what loss soft_q regresses on, and only that
+
+mt_grpo.Params = MtGrpoParams
+remax.Params = RemaxParams
+gae.Params = GaeParams
+passk.Params = PassKParams
+tree.Params = TreeParams
+prefix_tree.Params = PrefixTreeParams
+soft_bellman.Params = SoftQParams
 
 ADVANTAGES: dict[str, AdvantageFn] = {
     "grpo": grpo,

@@ -1,5 +1,9 @@
 """Policy losses: fn(LossInputs, AlgoConfig) -> LossOutput, and how per-token terms are reduced.
 
+A loss with settings of its own declares them as `fn.Params` (a FnParams model) and takes them
+as the keyword `params`: the run's algo.loss_params, validated and bound before any work
+(rlvr/train/setup.py), so the update still calls fn(inputs, algo).
+
 Every loss builds a per-token term [B, T] and reduces it with AGGREGATIONS[algo.loss_agg]. The
 trainer calls a loss once per micro-batch (a subset of the minibatch's rows) with the normalisers
 of the whole minibatch, so each aggregation and each metric is a sum over rows divided by
@@ -12,8 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from pydantic import Field
 
+from rlvr.algos.advantages import SoftQParams
 from rlvr.config import AlgoConfig
+from rlvr.registry import FnParams
 
 
 @dataclass
@@ -91,6 +98,89 @@ def seq_mean_token_sum_norm(values: torch.Tensor, inputs: LossInputs | Normalise
     return _row_sums(values, inputs).sum() / inputs.norm_constant / max(inputs.num_seqs, 1)
 
 
+# ---- the settings of the losses that take any (algo.loss_params) ----
+
+
+class DualClipParams(FnParams):
+    c: float = Field(
+        3.0, gt=1, description="The loss of a negative-advantage token is at most c * |A|."
+    )
+
+
+class SapoParams(FnParams):
+    tau_pos: float = Field(
+        1.0, gt=0, description="Gate temperature for tokens with positive advantage."
+    )
+    tau_neg: float = Field(
+        1.05, gt=0, description="Gate temperature for tokens with negative advantage."
+    )
+
+
+class GmpoParams(FnParams):
+    clip: float = Field(0.4, gt=0, description="Token log-ratios are clipped to [-clip, clip].")
+
+
+class DroParams(FnParams):
+    beta: float = Field(0.1, gt=0, description="Weight of the (log pi - log pi_old)^2 / 2 penalty.")
+
+
+class DppoParams(FnParams):
+    ratio_cap: float = Field(
+        20.0, gt=0, description="The stop-gradient ratio weight is at most this."
+    )
+
+
+class DppoTvParams(DppoParams):
+    tv_delta: float = Field(
+        0.15,
+        gt=0,
+        description="Tokens whose probability moved more than this (in the advantage's "
+        "direction) get no gradient.",
+    )
+
+
+class DppoKlParams(DppoParams):
+    kl_delta: float = Field(
+        0.05,
+        gt=0,
+        description="Tokens whose Bernoulli KL to the old probability exceeds this (in the "
+        "advantage's direction) get no gradient.",
+    )
+
+
+class KlCovParams(FnParams):
+    ratio: float = Field(
+        0.002,
+        gt=0,
+        le=1,
+        description="Share of policy tokens (largest covariance of A and log pi) penalised.",
+    )
+    coef: float = Field(1.0, ge=0, description="Weight of the |log pi - log pi_old| penalty.")
+
+
+class ClipCovParams(FnParams):
+    ratio: float = Field(
+        0.0002, gt=0, le=1, description="Share of policy tokens whose gradient is dropped."
+    )
+    lb: float = Field(1.0, description="Only tokens with covariance above this are dropped.")
+    ub: float = Field(5.0, description="Only tokens with covariance below this are dropped.")
+
+
+class DisParams(FnParams):
+    clip_low: float = Field(
+        0.3,
+        ge=0,
+        description="Tokens whose ratio to the sampling policy is <= 1 - clip_low get no "
+        "gradient (algo.clip_low does not apply to dis).",
+    )
+    clip_high: float = Field(
+        5.0,
+        gt=0,
+        description="Tokens whose ratio to the sampling policy is >= 1 + clip_high get no "
+        "gradient.",
+    )
+
+
 # ---- shared pieces of the losses ----
 
 
@@ -140,12 +230,12 @@ def _below(ratio: torch.Tensor, inputs: LossInputs, algo: AlgoConfig) -> torch.T
 
 
 def _dual_clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig
+    ratio: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig, c: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate whose loss for A < 0 is capped at dual_clip_c * |A|; also where
-    the ratio clip binds and where the cap does."""
+    """PPO's clipped surrogate whose loss for A < 0 is capped at c * |A|; also where the ratio
+    clip binds and where the cap does."""
     per_token, clipped = _clipped_surrogate(ratio, advantages, algo)
-    cap = -advantages * algo.dual_clip_c
+    cap = -advantages * c
     capped = (advantages < 0) & (per_token > cap)
     return torch.where(capped, cap, per_token), clipped, capped
 
@@ -162,8 +252,8 @@ def ppo_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
-def dual_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
-    """ppo_clip whose loss for a negative advantage is capped at dual_clip_c * |A| (Ye et al. 2020).
+def dual_clip(inputs: LossInputs, algo: AlgoConfig, *, params: DualClipParams) -> LossOutput:
+    """ppo_clip whose loss for a negative advantage is capped at c * |A| (Ye et al. 2020).
 
     With A < 0 the clipped surrogate -A r grows without bound in r, so one token whose
     probability rose a lot (stale data) can dominate a step; the cap makes its gradient zero.
@@ -173,18 +263,18 @@ def dual_clip(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     """
     log_ratio = _log_ratio(inputs)
     ratio = log_ratio.exp()
-    per_token, clipped, capped = _dual_clipped_surrogate(ratio, inputs.advantages, algo)
+    per_token, clipped, capped = _dual_clipped_surrogate(ratio, inputs.advantages, algo, params.c)
     metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
     metrics["dual_clip_frac"] = _token_avg(capped, inputs)
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
-def up(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def up(inputs: LossInputs, algo: AlgoConfig, *, params: DualClipParams) -> LossOutput:
     """UP (arXiv:2607.06987): unclipped REINFORCE where A > 0, dual_clip's surrogate where A <= 0.
 
     A positive token's term is -A * pi / sg(pi), the self-anchored ratio: its value is 1 and its
     gradient -A grad log pi, so a rare correct token is pushed with neither pi_old's anchor nor
-    the upper clip. Negative tokens keep the clipped surrogate capped at dual_clip_c * |A|: the
+    the upper clip. Negative tokens keep the clipped surrogate capped at params.c * |A|: the
     paper finds that lifting the bound on both signs collapses within ~25 steps. `clip_frac` and
     `dual_clip_frac` count only A <= 0 tokens, as A > 0 is never clipped (verl PR #7022).
     """
@@ -192,7 +282,7 @@ def up(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     ratio, adv = log_ratio.exp(), inputs.advantages
     lp = _policy_logprobs(inputs)
     anchored = -adv * (lp - lp.detach()).exp()
-    surrogate, clipped, capped = _dual_clipped_surrogate(ratio, adv, algo)
+    surrogate, clipped, capped = _dual_clipped_surrogate(ratio, adv, algo, params.c)
     positive = adv > 0
     metrics = _ratio_metrics(log_ratio, clipped & ~positive, _below(ratio, inputs, algo), inputs)
     metrics["dual_clip_frac"] = _token_avg(capped, inputs)
@@ -219,10 +309,10 @@ def gspo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
-def gmpo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def gmpo(inputs: LossInputs, algo: AlgoConfig, *, params: GmpoParams) -> LossOutput:
     """GMPO: -A times the geometric mean of the sequence's clipped token ratios (arXiv:2507.20673).
 
-    s_i = exp(mean_t c_t), c_t = log r_t clipped to [-gmpo_clip, gmpo_clip] on the pessimistic
+    s_i = exp(mean_t c_t), c_t = log r_t clipped to [-params.clip, params.clip] on the pessimistic
     side only (PPO's min, taken per token in log space: above for A > 0, below for A < 0). Each
     token's term is -A_t s_i, which every aggregation sums per row like -mean_t(A_t) s_i (verl's
     geo_mean), and s_i's gradient spreads over all tokens of the sequence. The paper and verl
@@ -231,12 +321,12 @@ def gmpo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     log_ratio = _log_ratio(inputs)
     adv = _masked(inputs.advantages, inputs)  # s_i mixes the row's tokens: no NaN may enter
     sign = adv.sign()
-    clipped = log_ratio.clamp(-algo.gmpo_clip, algo.gmpo_clip)
+    clipped = log_ratio.clamp(-params.clip, params.clip)
     pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)  # [B, T]
     lengths = inputs.loss_mask.sum(-1).clamp(min=1.0)
     seq_ratio = (_masked(pessimistic, inputs).sum(-1) / lengths).exp()  # [B], s_i
-    lower = (adv < 0) & (log_ratio < -algo.gmpo_clip)
-    binds = lower | ((adv > 0) & (log_ratio > algo.gmpo_clip))
+    lower = (adv < 0) & (log_ratio < -params.clip)
+    binds = lower | ((adv > 0) & (log_ratio > params.clip))
     metrics = _ratio_metrics(log_ratio, binds, lower, inputs)
     return LossOutput(_aggregate(-adv * seq_ratio[:, None], inputs, algo), metrics)
 
@@ -256,26 +346,26 @@ def cispo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
-def sapo(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def sapo(inputs: LossInputs, algo: AlgoConfig, *, params: SapoParams) -> LossOutput:
     """SAPO: a smooth sigmoid gate on the ratio instead of a hard clip (Qwen, arXiv:2511.20347).
 
-    loss = -f(r) * A with f(r) = sigmoid(tau * (r - 1)) * 4 / tau, tau = sapo_tau_pos where
-    A > 0 else sapo_tau_neg (as in the paper and verl's compute_policy_loss_sapo). The 4 / tau
+    loss = -f(r) * A with f(r) = sigmoid(tau * (r - 1)) * 4 / tau, tau = params.tau_pos where
+    A > 0 else params.tau_neg (as in the paper and verl's compute_policy_loss_sapo). The 4 / tau
     makes f'(1) = 1, so near r = 1 the gradient is the plain policy gradient; away from 1 it
     decays smoothly (faster for larger tau) rather than dropping to zero at a clip edge.
     """
     log_ratio = _log_ratio(inputs)
     adv = inputs.advantages
-    tau = torch.where(adv > 0, adv.new_tensor(algo.sapo_tau_pos), adv.new_tensor(algo.sapo_tau_neg))
+    tau = torch.where(adv > 0, adv.new_tensor(params.tau_pos), adv.new_tensor(params.tau_neg))
     gate = torch.sigmoid(tau * (log_ratio.exp() - 1)) * 4 / tau
     return LossOutput(
         _aggregate(-gate * adv, inputs, algo), {"ppo_kl": _token_avg(-log_ratio, inputs)}
     )
 
 
-def dis(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def dis(inputs: LossInputs, algo: AlgoConfig, *, params: DisParams) -> LossOutput:
     """DIS (SAO, arXiv:2607.07508): -sg(f(r) * A) * log pi, r = pi / pi_behaviour, f(r) = r inside
-    (1 - dis_clip_low, 1 + dis_clip_high), else 0.
+    its band (1 - clip_low, 1 + clip_high), else 0.
 
     Direct double-sided importance sampling: the ratio is to the engine's own sampling logprobs,
     with no recomputed pi_old. A token whose ratio leaves the band gets no gradient, but stays in
@@ -289,8 +379,8 @@ def dis(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
         )
     log_ratio = _masked(inputs.logprobs - inputs.behaviour_logprobs, inputs).clamp(-20, 20)
     ratio = log_ratio.detach().exp()
-    low = ratio <= 1 - algo.dis_clip_low
-    inside = ~low & (ratio < 1 + algo.dis_clip_high)
+    low = ratio <= 1 - params.clip_low
+    inside = ~low & (ratio < 1 + params.clip_high)
     weight = torch.where(inside, ratio, 0.0) * inputs.advantages
     metrics = {
         "mask_frac": _token_avg(~inside, inputs),
@@ -300,24 +390,26 @@ def dis(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     return LossOutput(_aggregate(-weight * _policy_logprobs(inputs), inputs, algo), metrics)
 
 
-def dro(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
-    """DRO: -(A log pi - dro_beta / 2 (log pi - log pi_old)^2), a proximal penalty, no clip.
+def dro(inputs: LossInputs, algo: AlgoConfig, *, params: DroParams) -> LossOutput:
+    """DRO: -(A log pi - beta / 2 (log pi - log pi_old)^2), a proximal penalty, no clip.
 
     As verl's dro loss; the penalty's log-ratio is not clamped (it is squared, not exponentiated).
     """
     delta = _masked(inputs.logprobs - inputs.old_logprobs, inputs)  # unclamped: it is squared
-    per_token = -(inputs.advantages * _policy_logprobs(inputs) - algo.dro_beta / 2 * delta**2)
+    per_token = -(inputs.advantages * _policy_logprobs(inputs) - params.beta / 2 * delta**2)
     return LossOutput(
         _aggregate(per_token, inputs, algo), {"ppo_kl": _token_avg(-_log_ratio(inputs), inputs)}
     )
 
 
-def _dppo(inputs: LossInputs, algo: AlgoConfig, inside: torch.Tensor) -> LossOutput:
-    """-A sg(min(r, dppo_ratio_cap)) log pi on the tokens `inside` the trust region, 0 elsewhere.
+def _dppo(
+    inputs: LossInputs, algo: AlgoConfig, params: DppoParams, inside: torch.Tensor
+) -> LossOutput:
+    """-A sg(min(r, params.ratio_cap)) log pi on the tokens `inside` the trust region, 0 elsewhere.
     Dropped tokens stay in the denominator; `clip_frac` is their share, `clip_frac_lower` that of
     those with A < 0 (their probability fell too far)."""
     log_ratio = _log_ratio(inputs)
-    weight = torch.where(inside, log_ratio.detach().exp().clamp(max=algo.dppo_ratio_cap), 0.0)
+    weight = torch.where(inside, log_ratio.detach().exp().clamp(max=params.ratio_cap), 0.0)
     per_token = -inputs.advantages * weight * _policy_logprobs(inputs)
     lower = ~inside & (inputs.advantages < 0)
     return LossOutput(
@@ -330,32 +422,32 @@ def _old_and_new(inputs: LossInputs) -> tuple[torch.Tensor, torch.Tensor]:
     return _masked(inputs.old_logprobs, inputs), _policy_logprobs(inputs).detach()
 
 
-def dppo_tv(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def dppo_tv(inputs: LossInputs, algo: AlgoConfig, *, params: DppoTvParams) -> LossOutput:
     """DPPO-Binary-TV (arXiv:2602.04879): policy gradient inside a |pi - pi_old| trust region.
 
-    A token's gradient is dropped where pi - pi_old moved past dppo_tv_delta in the direction
+    A token's gradient is dropped where pi - pi_old moved past params.tv_delta in the direction
     its advantage pushes (a total-variation region, not a ratio)."""
     p_old, p = (x.exp() for x in _old_and_new(inputs))
     inside = torch.where(
-        inputs.advantages > 0, p - p_old <= algo.dppo_tv_delta, p - p_old >= -algo.dppo_tv_delta
+        inputs.advantages > 0, p - p_old <= params.tv_delta, p - p_old >= -params.tv_delta
     )
-    return _dppo(inputs, algo, inside)
+    return _dppo(inputs, algo, params, inside)
 
 
-def dppo_kl(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def dppo_kl(inputs: LossInputs, algo: AlgoConfig, *, params: DppoKlParams) -> LossOutput:
     """DPPO-Binary-KL (arXiv:2602.04879): policy gradient inside a Bernoulli-KL trust region.
 
     A token's gradient is dropped where p_old log(p_old/p) + (1-p_old) log((1-p_old)/(1-p))
-    passes dppo_kl_delta while p moves in the direction its advantage pushes."""
+    passes params.kl_delta while p moves in the direction its advantage pushes."""
     log_old, log_new = _old_and_new(inputs)
     p_old, p = log_old.exp(), log_new.exp()
     eps = 1e-8  # 1 - p is 0 for a certain token; the paper's code adds the same
     binary_kl = p_old * (log_old - log_new) + (1 - p_old) * torch.log(
         (1 - p_old + eps) / (1 - p + eps)
     )
-    near = binary_kl <= algo.dppo_kl_delta
+    near = binary_kl <= params.kl_delta
     inside = torch.where(inputs.advantages > 0, near | (p <= p_old), near | (p >= p_old))
-    return _dppo(inputs, algo, inside)
+    return _dppo(inputs, algo, params, inside)
 
 
 def _covariance(inputs: LossInputs) -> torch.Tensor:
@@ -368,10 +460,10 @@ def _covariance(inputs: LossInputs) -> torch.Tensor:
     return torch.where(mask, cov, -torch.inf)
 
 
-def kl_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def kl_cov(inputs: LossInputs, algo: AlgoConfig, *, params: KlCovParams) -> LossOutput:
     """KL-Cov (arXiv:2505.22617): -A r plus a |log r| penalty on the top-covariance tokens.
 
-    The penalty, kl_cov_coef |log r|, is on the kl_cov_ratio share of policy tokens (at least
+    The penalty, params.coef |log r|, is on the params.ratio share of policy tokens (at least
     one) with the largest covariance of A and log pi. As in the paper's code, tokens are ranked
     within each micro-batch, so unlike the other losses this one depends on
     train.micro_batch_size. `cov_frac` is the penalised share.
@@ -381,19 +473,19 @@ def kl_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     count = int(inputs.loss_mask.bool().sum())
     chosen = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
     if count:
-        chosen[cov.flatten().topk(max(1, int(count * algo.kl_cov_ratio))).indices] = True
+        chosen[cov.flatten().topk(max(1, int(count * params.ratio))).indices] = True
     chosen = chosen.view(cov.shape)
-    penalty = torch.where(chosen, algo.kl_cov_coef * log_ratio.abs(), 0.0)
+    penalty = torch.where(chosen, params.coef * log_ratio.abs(), 0.0)
     per_token = -inputs.advantages * log_ratio.exp() + penalty
     metrics = {"cov_frac": _token_avg(chosen, inputs), "ppo_kl": _token_avg(-log_ratio, inputs)}
     return LossOutput(_aggregate(per_token, inputs, algo), metrics)
 
 
-def clip_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def clip_cov(inputs: LossInputs, algo: AlgoConfig, *, params: ClipCovParams) -> LossOutput:
     """Clip-Cov (arXiv:2505.22617): PPO clip, with no gradient for a few high-covariance tokens.
 
-    clip_cov_ratio of the policy tokens (at least one) are drawn at random among those not
-    clipped whose covariance of A and log pi lies in (clip_cov_lb, clip_cov_ub).
+    params.ratio of the policy tokens (at least one) are drawn at random among those not
+    clipped whose covariance of A and log pi lies in (params.lb, params.ub).
 
     As in the paper's code, the covariance is taken within each micro-batch (this loss depends
     on train.micro_batch_size), the draw uses torch's global generator, and a dropped token's
@@ -403,12 +495,12 @@ def clip_cov(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     ratio = log_ratio.exp()
     per_token, clipped = _clipped_surrogate(ratio, inputs.advantages, algo)
     cov = _covariance(inputs)
-    eligible = (cov > algo.clip_cov_lb) & (cov < algo.clip_cov_ub) & ~clipped
+    eligible = (cov > params.lb) & (cov < params.ub) & ~clipped
     candidates = torch.nonzero(eligible.flatten()).squeeze(1)
     count = int(inputs.loss_mask.bool().sum())
     dropped = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
     if len(candidates):
-        take = max(1, int(count * algo.clip_cov_ratio))
+        take = max(1, int(count * params.ratio))
         dropped[candidates[torch.randperm(len(candidates), device=cov.device)[:take]]] = True
     dropped = dropped.view(cov.shape)
     metrics = _ratio_metrics(log_ratio, clipped, _below(ratio, inputs, algo), inputs)
@@ -424,15 +516,16 @@ def reinforce(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
     )
 
 
-def soft_q(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
+def soft_q(inputs: LossInputs, algo: AlgoConfig, *, params: SoftQParams) -> LossOutput:
     """Token-level soft Q-learning with the logits as Q (pair with advantage soft_bellman).
 
-    Q(s, a) = q_beta (x(s, a) - x_ref(s, a)) on the logits x: zero at the start, and the
-    Boltzmann policy pi_ref exp(Q / q_beta) of this Q is softmax(x), the policy itself. Each
+    Q(s, a) = beta (x(s, a) - x_ref(s, a)) on the logits x: zero at the start, and the
+    Boltzmann policy pi_ref exp(Q / beta) of this Q is softmax(x), the policy itself. Each
     policy token regresses Q(s_t, a_t) on its Bellman target (inputs.advantages): 1/2 (Q -
     target)^2. The targets come from the pre-update policy, so any logged trajectory trains it
     with no importance ratio (offline, as ILQL); a token's Q has log pi's gradient plus the
-    normaliser's, which moves the state's value V(s) = q_beta (logsumexp x - logsumexp x_ref).
+    normaliser's, which moves the state's value V(s) = beta (logsumexp x - logsumexp x_ref).
+    params.beta must equal soft_bellman's, which reads the targets' Q the same way.
     """
     missing = [n for n in soft_q.requires if getattr(inputs, n) is None]
     if missing:
@@ -442,7 +535,7 @@ def soft_q(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
         )
     logits = inputs.logprobs + inputs.normaliser  # x(s_t, a_t), up to the temperature
     ref_logits = inputs.ref_logprobs + inputs.ref_normaliser
-    q = _masked(algo.q_beta * (logits - ref_logits), inputs)
+    q = _masked(params.beta * (logits - ref_logits), inputs)
     error = q - _masked(inputs.advantages, inputs)
     metrics = {
         "q/mean": _token_avg(q, inputs),
@@ -454,6 +547,17 @@ def soft_q(inputs: LossInputs, algo: AlgoConfig) -> LossOutput:
 
 soft_q.requires = ("normaliser", "ref_logprobs", "ref_normaliser")
 soft_q.q_targets = True  # reads soft_bellman's regression targets, not advantages
+for _fn in (dual_clip, up):
+    _fn.Params = DualClipParams
+sapo.Params = SapoParams
+gmpo.Params = GmpoParams
+dis.Params = DisParams
+dro.Params = DroParams
+dppo_tv.Params = DppoTvParams
+dppo_kl.Params = DppoKlParams
+kl_cov.Params = KlCovParams
+clip_cov.Params = ClipCovParams
+soft_q.Params = SoftQParams
 
 
 # fn(per-token values [B, T], inputs) -> scalar; masks and normalisers come from the inputs

@@ -1,9 +1,10 @@
-"""The `algo` section: advantage estimator, policy loss, KL, and the knobs of each
-algorithm that reads them."""
+"""The `algo` section: advantage estimator, policy loss, KL, and the knobs the loop, the critic
+or several algorithms read; an estimator's or a loss's own knobs are its `Params`, set under
+algo.advantage_params / algo.loss_params (rlvr/algos/)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -13,6 +14,19 @@ from rlvr.config.base import Section
 class AlgoConfig(Section):
     advantage: str = Field("grpo", description="Advantage estimator from `rlvr list advantages`.")
     loss: str = Field("ppo_clip", description="Policy loss from `rlvr list losses`.")
+    advantage_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of the chosen algo.advantage, e.g. {k = 8} for passk or "
+        '{lam_mode = "length_adaptive"} for gae: each estimator\'s keys, defaults and bounds '
+        "are in docs/config.md under `algo.advantage_params (advantage = ...)`; an estimator "
+        "without settings refuses any.",
+    )
+    loss_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of the chosen algo.loss, e.g. {tau_pos = 1.0, tau_neg = 1.05} for "
+        "sapo: each loss's keys, defaults and bounds are in docs/config.md under "
+        "`algo.loss_params (loss = ...)`; a loss without settings refuses any.",
+    )
     loss_agg: str = Field(
         "token-mean", description="How per-token losses are reduced (`rlvr list aggregations`)."
     )
@@ -28,20 +42,6 @@ class AlgoConfig(Section):
         "per_turn",
         description="Multi-turn credit: 'per_turn' keeps each turn's reward on that turn, "
         "'delayed' reveals their sum at the end, 'terminal' keeps only the last turn's (outcome).",
-    )
-    turn_coef: float = Field(
-        1.0, ge=0, description="mt_grpo: weight of the turn-level advantage on earlier turns."
-    )
-    tree_outcome_coef: float = Field(
-        0.0,
-        ge=0,
-        description="tree, prefix_tree: weight of the group-normalised outcome advantage added "
-        "to each token's tree credit.",
-    )
-    tree_dedup_shared: bool = Field(
-        True,
-        description="tree: scale each token by 1 / (leaves sharing its segment), so a shared "
-        "prefix is pushed once in total.",
     )
     clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1: ratio >= 1 - clip_low.")
     clip_high: float = Field(
@@ -76,68 +76,8 @@ class AlgoConfig(Section):
     entropy_coef: float = Field(
         0.0, ge=0, description="Weight of an entropy bonus (subtracted from the loss); 0 disables."
     )
-    dual_clip_c: float = Field(
-        3.0,
-        gt=1,
-        description="dual_clip: the loss of a negative-advantage token is at most c * |A|.",
-    )
-    sapo_tau_pos: float = Field(
-        1.0, gt=0, description="sapo: gate temperature for tokens with positive advantage."
-    )
-    sapo_tau_neg: float = Field(
-        1.05, gt=0, description="sapo: gate temperature for tokens with negative advantage."
-    )
-    gmpo_clip: float = Field(
-        0.4, gt=0, description="gmpo: token log-ratios are clipped to [-gmpo_clip, gmpo_clip]."
-    )
-    dro_beta: float = Field(
-        0.1, gt=0, description="dro: weight of the (log pi - log pi_old)^2 / 2 penalty."
-    )
-    dppo_tv_delta: float = Field(
-        0.15,
-        gt=0,
-        description="dppo_tv: tokens whose probability moved more than this (in the advantage's "
-        "direction) get no gradient.",
-    )
-    dppo_kl_delta: float = Field(
-        0.05,
-        gt=0,
-        description="dppo_kl: tokens whose Bernoulli KL to the old probability exceeds this (in "
-        "the advantage's direction) get no gradient.",
-    )
-    dppo_ratio_cap: float = Field(
-        20.0, gt=0, description="dppo_tv / dppo_kl: the stop-gradient ratio weight is at most this."
-    )
-    kl_cov_ratio: float = Field(
-        0.002,
-        gt=0,
-        le=1,
-        description="kl_cov: share of policy tokens (largest covariance of A and log pi) penalised.",
-    )
-    kl_cov_coef: float = Field(
-        1.0, ge=0, description="kl_cov: weight of the |log pi - log pi_old| penalty."
-    )
-    clip_cov_ratio: float = Field(
-        0.0002,
-        gt=0,
-        le=1,
-        description="clip_cov: share of policy tokens whose gradient is dropped.",
-    )
-    clip_cov_lb: float = Field(
-        1.0, description="clip_cov: only tokens with covariance above this are dropped."
-    )
-    clip_cov_ub: float = Field(
-        5.0, description="clip_cov: only tokens with covariance below this are dropped."
-    )
     gamma: float = Field(
         1.0, ge=0, le=1, description="gae / reinforce_pp / soft_bellman: discount per token."
-    )
-    q_beta: float = Field(
-        0.1,
-        gt=0,
-        description="soft_q / soft_bellman: temperature of the soft Q read off the logits, "
-        "Q = q_beta (x - x_ref); the weight of the KL to the reference in the objective it solves "
-        "(smaller moves the policy further from the reference per unit of reward).",
     )
     lam: float = Field(
         1.0,
@@ -145,25 +85,6 @@ class AlgoConfig(Section):
         le=1,
         description="gae: lambda of generalised advantage estimation; soft_bellman: of its soft "
         "lambda-return (0: one-step targets, 1: soft Monte Carlo returns).",
-    )
-    lam_mode: Literal["fixed", "length_adaptive"] = Field(
-        "fixed",
-        description="gae: 'fixed' uses lam for advantages and critic targets; 'length_adaptive' "
-        "(VAPO / SAO) uses lam = 1 - 1/(lam_alpha * policy tokens of the sequence) for the "
-        "advantages and lam = 1 for the critic's targets.",
-    )
-    lam_alpha: float = Field(
-        1.5, gt=0, description="gae, lam_mode=length_adaptive: the alpha of 1 - 1/(alpha * len)."
-    )
-    whiten_advantages: bool = Field(
-        False,
-        description="gae: whiten the advantages over the batch's policy tokens, as verl and "
-        "TRL's PPO do (the critic's targets stay raw); false keeps them raw.",
-    )
-    remax_reward_to_go: bool = Field(
-        False,
-        description="remax: each token gets its reward to go minus the baseline (verl) instead "
-        "of the whole sequence's reward (the paper); differs only with per-token rewards.",
     )
     baseline_decay: float = Field(
         0.9,
@@ -237,13 +158,6 @@ class AlgoConfig(Section):
         description="gae: parameter-name substrings the critic does not train, e.g. ['attn'] "
         "(SAO's frozen-attention critic).",
     )
-    dis_clip_low: float = Field(
-        0.3, ge=0, description="dis: tokens with ratio <= 1 - dis_clip_low get no gradient."
-    )
-    dis_clip_high: float = Field(
-        5.0, gt=0, description="dis: tokens with ratio >= 1 + dis_clip_high get no gradient."
-    )
-    pass_k: int = Field(4, gt=0, description="passk: the k whose pass@k the advantages optimise.")
     loss_norm_tokens: int | None = Field(
         None,
         gt=0,

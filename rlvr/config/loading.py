@@ -19,7 +19,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
-# Keys that moved to a method's own table: a config that still uses one is told where it went.
+# Keys that moved to a method's own table, or to the settings of the estimator or loss that
+# reads them: a config that still uses one is told where it went.
 RENAMED = {
     "algo.elliptical_beta": "methods.repexp.beta",
     "algo.elliptical_dim": "methods.repexp.dim",
@@ -72,6 +73,38 @@ RENAMED = {
             "response_dims",
         )
     },  # fmt: skip
+    "algo.turn_coef": "algo.advantage_params.turn_coef",
+    "algo.tree_outcome_coef": "algo.advantage_params.outcome_coef",
+    "algo.tree_dedup_shared": "algo.advantage_params.dedup_shared",
+    "algo.remax_reward_to_go": "algo.advantage_params.reward_to_go",
+    "algo.lam_mode": "algo.advantage_params.lam_mode",
+    "algo.lam_alpha": "algo.advantage_params.lam_alpha",
+    "algo.whiten_advantages": "algo.advantage_params.whiten_advantages",
+    "algo.pass_k": "algo.advantage_params.k",
+    "algo.q_beta": "algo.advantage_params.beta",  # and ALSO_MOVED
+    "algo.dual_clip_c": "algo.loss_params.c",
+    "algo.sapo_tau_pos": "algo.loss_params.tau_pos",
+    "algo.sapo_tau_neg": "algo.loss_params.tau_neg",
+    "algo.gmpo_clip": "algo.loss_params.clip",
+    "algo.dro_beta": "algo.loss_params.beta",
+    "algo.dppo_tv_delta": "algo.loss_params.tv_delta",
+    "algo.dppo_kl_delta": "algo.loss_params.kl_delta",
+    "algo.dppo_ratio_cap": "algo.loss_params.ratio_cap",
+    "algo.kl_cov_ratio": "algo.loss_params.ratio",
+    "algo.kl_cov_coef": "algo.loss_params.coef",
+    "algo.clip_cov_ratio": "algo.loss_params.ratio",
+    "algo.clip_cov_lb": "algo.loss_params.lb",
+    "algo.clip_cov_ub": "algo.loss_params.ub",
+    "algo.dis_clip_low": "algo.loss_params.clip_low",
+    "algo.dis_clip_high": "algo.loss_params.clip_high",
+}
+# Keys that moved to a second home as well: soft Q-learning's estimator and loss each take beta.
+ALSO_MOVED = {"algo.q_beta": "algo.loss_params.beta"}
+# What a moved key's new home is, by the start of its new name.
+HOMES = {
+    "methods.": "the method's own table",
+    "algo.advantage_params.": "a setting of the chosen algo.advantage",
+    "algo.loss_params.": "a setting of the chosen algo.loss",
 }
 
 
@@ -198,6 +231,15 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
+def _moved_line(old: str) -> str:
+    new = [RENAMED[old], *([ALSO_MOVED[old]] if old in ALSO_MOVED else [])]
+    homes = [next(text for start, text in HOMES.items() if n.startswith(start)) for n in new]
+    return (
+        f"'{old}' moved to {' and '.join(map(repr, new))} ({' and '.join(homes)}); fix: write "
+        f"{' and '.join(new)} instead"
+    )
+
+
 def _moved(data: dict[str, Any]) -> None:
     """A ConfigError naming each key of `data` that moved, and where to."""
     found = [
@@ -207,14 +249,7 @@ def _moved(data: dict[str, Any]) -> None:
         and key.split(".")[1] in data[key.split(".")[0]]
     ]
     if found:
-        raise ConfigError(
-            "invalid config:\n  "
-            + "\n  ".join(
-                f"'{k}' moved to '{RENAMED[k]}' (the method's own table); fix: write "
-                f"{RENAMED[k]} instead"
-                for k in found
-            )
-        )
+        raise ConfigError("invalid config:\n  " + "\n  ".join(map(_moved_line, found)))
 
 
 def build_config(data: dict[str, Any]) -> Config:

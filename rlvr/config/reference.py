@@ -1,5 +1,6 @@
 """The config reference, docs/config.md: a table of every key, its default and its
-description, read off the sections and the Params of tasks, rewards and methods."""
+description, read off the sections and the Params of tasks, rewards, methods, advantage
+estimators and losses."""
 
 from __future__ import annotations
 
@@ -32,12 +33,32 @@ def _table(title: str, rows: list[str]) -> list[str]:
     return [title, "", "| key | default | description |", "|---|---|---|", *rows, ""]
 
 
+def _summary(obj: Any) -> str:
+    """The first paragraph of `obj`'s docstring on one line."""
+    return " ".join((obj.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+def _function_tables(key: str, kind: str, functions: dict[str, Any]) -> list[str]:
+    """A table per function of `functions` (estimators or losses) that declares `Params`: the
+    keys of `key` (algo.advantage_params, algo.loss_params) when algo.<kind> names it."""
+    lines = []
+    for name, fn in sorted(functions.items()):
+        if hasattr(fn, "Params"):
+            title = f'### `{key}` ({kind} = "{name}"): {_summary(fn)}'
+            lines += _table(title, _param_rows(key, fn.Params))
+    return lines
+
+
 def config_reference(
-    tasks: dict[str, Any], rewards: dict[str, Any], methods: dict[str, Any]
+    tasks: dict[str, Any],
+    rewards: dict[str, Any],
+    methods: dict[str, Any],
+    advantages: dict[str, Any],
+    losses: dict[str, Any],
 ) -> str:
     """Markdown table of every key, its default and its description (docs/config.md); the
-    `Params` models of `tasks`, of reward classes in `rewards` and of `methods` add their own
-    keys."""
+    `Params` models of `tasks`, of reward classes in `rewards`, of `methods` and of the
+    functions in `advantages` and `losses` add their own keys."""
     lines = [
         "# Config reference",
         "",
@@ -56,6 +77,9 @@ def config_reference(
         lines += _table(
             f"## `{section}`: {field.description}", _param_rows(section, field.annotation)
         )
+        if section == "algo":
+            lines += _function_tables("algo.advantage_params", "advantage", advantages)
+            lines += _function_tables("algo.loss_params", "loss", losses)
         if section != "task":
             continue
         for name, task_cls in sorted(tasks.items()):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import Field
 
-from rlvr.algos.advantages import at_last_policy_token
+from rlvr.algos.advantages import GaeParams, at_last_policy_token
 from rlvr.config import ConfigError
 from rlvr.train.hooks import Method, MethodParams, Run, Step
 from rlvr.train.profile import timed
@@ -208,12 +208,14 @@ class RFPO(Method):
     @classmethod
     def check(cls, params: Params, cfg, task) -> None:
         a = cfg.algo
-        if a.advantage != "gae" or a.gamma != 1 or a.lam != 1 or a.lam_mode != "fixed":
+        # gae's settings were validated before any method is built (train/setup.py)
+        fixed = a.advantage == "gae" and GaeParams(**a.advantage_params).lam_mode == "fixed"
+        if not fixed or a.gamma != 1 or a.lam != 1:
             raise ConfigError(
                 "methods.rfpo turns the critic into the reward, which needs a critic of "
                 "P(success | prefix): gae with no discount and no bootstrapping. Fix: "
-                "algo.advantage=gae, algo.gamma=1, algo.lam=1 and algo.lam_mode=fixed (or drop "
-                "methods.rfpo)"
+                "algo.advantage=gae, algo.gamma=1, algo.lam=1 and "
+                "algo.advantage_params.lam_mode=fixed (or drop methods.rfpo)"
             )
 
     def setup(self, run: Run) -> None:

@@ -105,8 +105,8 @@ class Trainer:
         model_path = policy_path(cfg, self.components.task)
         a, kl = cfg.algo, self.components.kl
         # soft Q-learning reads Q and V off the logits relative to the reference's
-        wants_soft_values = "soft_values" in self.components.requires
-        needs_reference = kl is not None or wants_soft_values
+        wants_reference = bool({"ref_logprobs", "ref_normaliser"} & self.components.requires)
+        needs_reference = kl is not None or wants_reference
         self.reference = ReferencePolicy(self.model) if needs_reference else None
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
@@ -417,13 +417,12 @@ class Trainer:
         on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
         # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
         squares = torch.zeros_like(rows.loss_mask) if "sum_pi_squared" in requires else None
-        soft = "soft_values" in requires
-        old_lse = torch.zeros_like(rows.loss_mask) if soft else None
-        ref_lse = torch.zeros_like(rows.loss_mask) if soft else None
+        old_lse = torch.zeros_like(rows.loss_mask) if "old_normaliser" in requires else None
+        ref_lse = torch.zeros_like(rows.loss_mask) if "ref_normaliser" in requires else None
         observers = self.methods.old_pass(step)  # a method may read that pass too
         # in the precision the update computes the new logprobs in
         precision = autocast(cfg.train.autocast, self.model.device)
-        reads_old = squares is not None or bool(observers) or soft  # from that pass
+        reads_old = squares is not None or bool(observers) or old_lse is not None  # from that pass
         if not on_policy or cfg.algo.tis != "off" or reads_old:
             with timed(timings, "time/old_logprobs"), precision:
                 old = batch_logprobs(
@@ -484,9 +483,9 @@ class Trainer:
             inputs.target_ids = batch.input_ids[:, 1:].masked_fill(ended, -1)
         if "reward_mean" in self.components.requires:
             inputs.reward_mean = torch.tensor(self.reward_baseline.value)
-        if old_lse is not None:  # soft Q-learning's values, read off both passes' logits
-            inputs.soft_values = episode_part(cfg.algo.q_beta * (old_lse - ref_lse))
-            inputs.soft_q_values = episode_part(cfg.algo.q_beta * (old + old_lse - ref - ref_lse))
+        # what an estimator reads the logits off (soft Q-learning's Q and V, with its own beta)
+        inputs.old_normaliser, inputs.ref_normaliser = episode_part(old_lse), episode_part(ref_lse)
+        inputs.ref_logprobs = episode_part(ref)
         self.methods.advantage_inputs(step, inputs)
         advantages = self.components.advantage(inputs, cfg.algo)
         self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch

@@ -7,7 +7,14 @@ import torch
 from rlvr.algos.advantages import (
     ADVANTAGES,
     AdvInputs,
+    GaeParams,
+    MtGrpoParams,
+    PassKParams,
+    PrefixTreeParams,
+    RemaxParams,
     RunningMean,
+    SoftQParams,
+    TreeParams,
     broadcast_from_last,
     counterfactual,
     dr_grpo,
@@ -39,6 +46,7 @@ from rlvr.algos.advantages import (
     tree,
 )
 from rlvr.config import AlgoConfig
+from rlvr.registry import bind_params
 
 EPS = 1e-6  # grpo divides by (std + 1e-6)
 
@@ -200,7 +208,7 @@ def test_reinforce_pp_baseline_equal_lengths_keep_equal_groups_at_zero():
 def test_remax_golden():
     # [1 - 0.5, 0.5 - 0.5, 0 - 1]
     x = adv_inputs([1, 0.5, 0], [0, 1, 2], [[1, 1]] * 3, baseline_rewards=[0.5, 0.5, 1])
-    close(per_seq(remax(x, AlgoConfig())), [0.5, 0, -1])
+    close(per_seq(remax(x, AlgoConfig(), params=RemaxParams())), [0.5, 0, -1])
 
 
 def test_counterfactual_golden():
@@ -234,10 +242,10 @@ def test_gae_golden_with_observation_gap():
         values=[[0.5, 0.6, 0.8, 7], [0.5, 99, 0.6, 0.8]],
     )
     algo = AlgoConfig(gamma=0.9, lam=0.8)
-    adv, returns = gae_returns(x, algo)
+    adv, returns = gae_returns(x, algo, params=GaeParams())
     close(adv, [[0.23008, 0.264, 0.2, 0], [0.23008, 0, 0.264, 0.2]])
     close(returns, [[0.73008, 0.864, 1.0, 0], [0.73008, 0, 0.864, 1.0]])
-    assert torch.equal(gae(x, algo), adv)
+    assert torch.equal(gae(x, algo, params=GaeParams()), adv)
 
 
 def test_passk_golden():
@@ -246,7 +254,7 @@ def test_passk_golden():
     # Group 1: two right (N_neg=2): p = 1 - C(2,2)/6 = 5/6, std = sqrt(5/36) = sqrt(5)/6,
     #   A_pos = (1/6)/std = 1/sqrt(5), A_neg = (1/6 - C(1,1)/C(3,1))/std = -1/sqrt(5).
     rewards = [0, 1, 0, 0, 1, 0, 1, 0]
-    adv = passk(inputs(rewards, [0, 0, 0, 0, 1, 1, 1, 1]), AlgoConfig(pass_k=2))
+    adv = passk(inputs(rewards, [0, 0, 0, 0, 1, 1, 1, 1]), AlgoConfig(), params=PassKParams(k=2))
     s0, s1 = 0.5 + EPS, math.sqrt(5) / 6 + EPS
     n0, p0, p1, n1 = -1 / 6 / s0, 0.5 / s0, 1 / 6 / s1, -1 / 6 / s1
     close(per_seq(adv), [n0, p0, n0, n0, p1, n1, p1, n1])
@@ -259,7 +267,7 @@ def test_passk_k1_is_grpo_with_population_std():
     rewards = (torch.rand(48, generator=gen) < 0.4).float()
     group_ids = torch.arange(48) % 6 * 7
     x = AdvInputs(rewards, group_ids, torch.ones(48, 2))
-    got = per_seq(passk(x, AlgoConfig(pass_k=1)))
+    got = per_seq(passk(x, AlgoConfig(), params=PassKParams(k=1)))
     mean, std = group_stats(rewards.double(), group_ids)
     n = 8
     pop_std = std * math.sqrt((n - 1) / n)
@@ -274,7 +282,9 @@ def test_passk_rewards_rare_successes_more_and_sums_to_zero():
     rewards = [r for g in groups for r in g]
     group_ids = [i for i in range(len(groups)) for _ in range(n)]
     for k in (1, 2, 4, 7):
-        adv = per_seq(passk(inputs(rewards, group_ids), AlgoConfig(pass_k=k))).view(-1, n)
+        adv = per_seq(
+            passk(inputs(rewards, group_ids), AlgoConfig(), params=PassKParams(k=k))
+        ).view(-1, n)
         correct = adv[:, 0]  # first member of each group is right; groups have 1..7 right
         assert torch.all(correct[:-1] >= correct[1:])
         assert torch.all(correct[correct != 0] > 0)
@@ -283,16 +293,20 @@ def test_passk_rewards_rare_successes_more_and_sums_to_zero():
             adv.sum(1), torch.zeros(len(groups), dtype=torch.float64), atol=1e-6, rtol=0
         )
     # with k=2 a single success is worth more than any one of three successes
-    adv = per_seq(passk(inputs(rewards, group_ids), AlgoConfig(pass_k=2))).view(-1, n)
+    adv = per_seq(passk(inputs(rewards, group_ids), AlgoConfig(), params=PassKParams(k=2))).view(
+        -1, n
+    )
     assert adv[0, 0] > adv[2, 0] > 0
 
 
 def test_passk_raises_on_non_binary_rewards_and_too_large_k():
     with pytest.raises(ValueError, match="0/1 rewards"):
-        passk(inputs([1, 0.5, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=2))
-    with pytest.raises(ValueError, match="pass_k=4 with a group of 4"):
-        passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=4))
-    passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(pass_k=3))  # k = N-1 is fine
+        passk(inputs([1, 0.5, 0, 0], [0, 0, 0, 0]), AlgoConfig(), params=PassKParams(k=2))
+    with pytest.raises(ValueError, match="k=4 with a group of 4"):
+        passk(inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(), params=PassKParams(k=4))
+    passk(
+        inputs([1, 0, 0, 0], [0, 0, 0, 0]), AlgoConfig(), params=PassKParams(k=3)
+    )  # k = N-1 is fine
 
 
 def test_remax_reward_to_go_golden():
@@ -302,8 +316,9 @@ def test_remax_reward_to_go_golden():
         [1.5, 1], [0, 1], [[1, 1, 1], [1, 1, 0]], baseline_rewards=[1, 0.5],
         token_rewards=[[0.5, 0, 1], [0, 1, 0]],
     )  # fmt: skip
-    close(remax(x, AlgoConfig()), [[0.5, 0.5, 0.5], [0.5, 0.5, 0]])
-    close(remax(x, AlgoConfig(remax_reward_to_go=True)), [[0.5, 0, 0], [0.5, 0.5, 0]])
+    close(remax(x, AlgoConfig(), params=RemaxParams()), [[0.5, 0.5, 0.5], [0.5, 0.5, 0]])
+    to_go = RemaxParams(reward_to_go=True)
+    close(remax(x, AlgoConfig(), params=to_go), [[0.5, 0, 0], [0.5, 0.5, 0]])
 
 
 def test_gae_whitened_over_the_batch_golden():
@@ -311,11 +326,11 @@ def test_gae_whitened_over_the_batch_golden():
     # [2, 2, 2 | 1]: mean 7/4, deviations [1/4, 1/4, 1/4, -3/4], sum sq 3/4, unbiased var 1/4.
     # The critic's targets stay raw (A + V).
     x = adv_inputs([2, 1], [0, 1], [[1, 1, 0, 1], [0, 1, 0, 0]], values=[[0] * 4] * 2)
-    algo = AlgoConfig(whiten_advantages=True)
+    algo, whiten = AlgoConfig(), GaeParams(whiten_advantages=True)
     s = 0.5 + EPS
-    close(gae(x, algo), [[0.25 / s, 0.25 / s, 0, 0.25 / s], [0, -0.75 / s, 0, 0]])
-    close(gae(x, AlgoConfig()), [[2, 2, 0, 2], [0, 1, 0, 0]])
-    close(gae_targets(x, algo), [[2, 2, 0, 2], [0, 1, 0, 0]])
+    close(gae(x, algo, params=whiten), [[0.25 / s, 0.25 / s, 0, 0.25 / s], [0, -0.75 / s, 0, 0]])
+    close(gae(x, algo, params=GaeParams()), [[2, 2, 0, 2], [0, 1, 0, 0]])
+    close(gae_targets(x, algo, params=whiten), [[2, 2, 0, 2], [0, 1, 0, 0]])
 
 
 def test_gpg_golden():
@@ -409,9 +424,9 @@ def test_otb_needs_the_forward_pass_fields():
 def test_missing_fields_raise_naming_the_field():
     x = inputs([1, 0], [0, 0])
     with pytest.raises(ValueError, match="AdvInputs.values.*critic"):
-        gae(x, AlgoConfig())
+        gae(x, AlgoConfig(), params=GaeParams())
     with pytest.raises(ValueError, match="AdvInputs.baseline_rewards.*greedy"):
-        remax(x, AlgoConfig())
+        remax(x, AlgoConfig(), params=RemaxParams())
 
 
 # ---------------------------------------------------------------- loop references, random data
@@ -516,7 +531,7 @@ def test_token_estimators_match_loop_reference(seed, gamma, lam):
     algo = AlgoConfig(gamma=gamma, lam=lam)
     got = reinforce_pp(x, algo).double()
     torch.testing.assert_close(got, loop_reinforce_pp(x, gamma), atol=1e-5, rtol=1e-5)
-    adv, returns = gae_returns(x, algo)
+    adv, returns = gae_returns(x, algo, params=GaeParams())
     torch.testing.assert_close(adv.double(), loop_gae(x, gamma, lam), atol=1e-5, rtol=1e-5)
     want = torch.where(x.loss_mask.bool(), adv.double() + x.values.double(), 0.0)
     torch.testing.assert_close(returns.double(), want, atol=1e-5, rtol=1e-5)
@@ -526,7 +541,11 @@ def test_token_estimators_match_loop_reference(seed, gamma, lam):
 
 
 def run_any(name, x, **algo):
-    return ADVANTAGES[name](x, AlgoConfig(**{"pass_k": 2, **algo}))
+    """ADVANTAGES[name] with its default settings bound (passk: k = 2, below the groups of 4)."""
+    fn = ADVANTAGES[name]
+    if hasattr(fn, "Params"):
+        fn = bind_params(fn, fn.Params(**({"k": 2} if name == "passk" else {})))
+    return fn(x, AlgoConfig(**algo))
 
 
 def binary_batch(rewards, group_ids, mask):
@@ -543,8 +562,9 @@ def binary_batch(rewards, group_ids, mask):
     x.old_logprobs = torch.full(x.loss_mask.shape, math.log(0.5))
     x.sum_pi_squared = torch.full(x.loss_mask.shape, 0.3)
     x.probe_predictions = x.rewards.double()  # poise's bootstrap: rloo
-    x.soft_values = torch.linspace(-0.5, 0.5, x.loss_mask.numel()).view(x.loss_mask.shape)
-    x.soft_q_values = x.soft_values + 0.1
+    x.old_normaliser = torch.linspace(-0.5, 0.5, x.loss_mask.numel()).view(x.loss_mask.shape)
+    x.ref_normaliser = torch.zeros(x.loss_mask.shape)
+    x.ref_logprobs = torch.full(x.loss_mask.shape, math.log(0.4))
     x.target_ids = torch.arange(x.loss_mask.numel()).view(x.loss_mask.shape)  # nobody shares
     return x
 
@@ -621,7 +641,7 @@ def test_registry_metadata():
         expected = 2 if name in PAIRWISE else 1
         minimum = getattr(fn, "min_group_size", 1)
         if name == "passk":
-            assert minimum(AlgoConfig(pass_k=4)) == 5  # k = N gives all-zero advantages
+            assert minimum(PassKParams(k=4)) == 5  # k = N gives all-zero advantages
             continue
         assert minimum == expected, name
     assert gae.requires == ("values",)
@@ -632,7 +652,9 @@ def test_registry_metadata():
     assert running_mean.requires == ("reward_mean",)
     assert otb.requires == mt_otb.requires == ("old_logprobs", "sum_pi_squared")
     assert poise.requires == ("probe_predictions",)
-    assert soft_bellman.requires == ("soft_values", "soft_q_values")
+    assert soft_bellman.requires == (
+        "old_logprobs", "old_normaliser", "ref_logprobs", "ref_normaliser"
+    )  # fmt: skip
     assert gae.critic_targets is gae_targets
 
 
@@ -649,7 +671,7 @@ def test_mt_grpo_golden_two_turn_episodes():
     x = inputs([2, 1, 1, 0], [0, 0, 0, 0], [[1, 1, 0, 1]] * 3 + [[1, 1, 0, 0]])
     x.turn_rewards = torch.tensor([[1, 1], [0, 1], [1, 0], [0, nan]], dtype=torch.float32)
     x.turn_ids = torch.tensor([[0, 0, -1, 1]] * 3 + [[0, 0, -1, -1]])
-    adv = mt_grpo(x, AlgoConfig(turn_coef=0.5))
+    adv = mt_grpo(x, AlgoConfig(), params=MtGrpoParams(turn_coef=0.5))
     a_out, a_0 = 0.5 / (1 / 3) ** 0.5, [(1 / 3) / (1 / 3) ** 0.5, -(2 / 3) / (1 / 3) ** 0.5]
     expected = torch.tensor(
         [
@@ -664,18 +686,21 @@ def test_mt_grpo_golden_two_turn_episodes():
 
 def test_mt_grpo_of_single_turn_episodes_is_grpo():
     x = binary_batch([1, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1], [[1, 1, 0]] * 6)
-    torch.testing.assert_close(mt_grpo(x, AlgoConfig()), grpo(x, AlgoConfig()))
+    adv = mt_grpo(x, AlgoConfig(), params=MtGrpoParams())
+    torch.testing.assert_close(adv, grpo(x, AlgoConfig()))
 
 
 # ---------------------------------------------------------------- tree
 
 
-def tree_algo(**fields):
-    """AlgoConfig plus the tree fields (tree_outcome_coef, tree_dedup_shared), which
-    rlvr/config/algo.py does not declare yet; the estimator reads them with getattr."""
-    from types import SimpleNamespace
+def tree_args(normalize_std=True, **settings):
+    """tree's (algo, params) arguments: AlgoConfig's normalize_std and its own settings."""
+    return {"algo": AlgoConfig(normalize_std=normalize_std), "params": TreeParams(**settings)}
 
-    return SimpleNamespace(**{**AlgoConfig().model_dump(), **fields})
+
+def prefix_args(normalize_std=True, **settings):
+    """prefix_tree's (algo, params) arguments, as tree_args."""
+    return {"algo": AlgoConfig(normalize_std=normalize_std), "params": PrefixTreeParams(**settings)}
 
 
 def hand_tree_inputs():
@@ -700,7 +725,7 @@ def hand_tree_inputs():
 def test_tree_golden_two_levels_width_two():
     # each shared segment counts once: -.25 * 1/2 on A's tokens, .25 * 1/2 on B's
     close(
-        tree(hand_tree_inputs(), tree_algo()),
+        tree(hand_tree_inputs(), **tree_args()),
         [
             [0, -0.125, -0.125, 0.5, 0.5],
             [0, -0.125, -0.125, -0.5, -0.5],
@@ -710,7 +735,7 @@ def test_tree_golden_two_levels_width_two():
     )
     # without dedup, every leaf pushes its shared segment at full weight
     x = hand_tree_inputs()
-    close(tree(x, tree_algo(tree_dedup_shared=False)), x.segment_advantages.tolist())
+    close(tree(x, **tree_args(dedup_shared=False)), x.segment_advantages.tolist())
 
 
 def test_tree_adds_the_group_normalised_outcome():
@@ -718,7 +743,7 @@ def test_tree_adds_the_group_normalised_outcome():
     #   a1: A (-.25 + .25) / 2 = 0,     own .5 + .25 = .75
     #   a2: A (-.25 - .75) / 2 = -.5,   own -.5 - .75 = -1.25
     #   b:  B (.25 + .25) / 2 = .25,    own 0 + .25 = .25
-    adv = tree(hand_tree_inputs(), tree_algo(tree_outcome_coef=1.0, normalize_std=False))
+    adv = tree(hand_tree_inputs(), **tree_args(outcome_coef=1.0, normalize_std=False))
     close(
         adv,
         [
@@ -730,7 +755,7 @@ def test_tree_adds_the_group_normalised_outcome():
     )
     # with the std: unbiased std of [1, 0, 1, 1] is .5, so the term is [.5, -1.5, .5, .5];
     # a2 with coef .5 (term .5 * -1.5 = -.75): A (-.25 - .75) / 2 = -.5, own -.5 - .75 = -1.25
-    adv = tree(hand_tree_inputs(), tree_algo(tree_outcome_coef=0.5))
+    adv = tree(hand_tree_inputs(), **tree_args(outcome_coef=0.5))
     term = 0.5 * -0.75 / (0.5 + EPS)  # coef * (r - mean) / (std + EPS)
     close(adv[1], [0, (-0.25 + term) / 2, (-0.25 + term) / 2, -0.5 + term, -0.5 + term])
     want = torch.tensor([0, -0.5, -0.5, -1.25, -1.25])
@@ -740,7 +765,7 @@ def test_tree_adds_the_group_normalised_outcome():
 def test_tree_is_zero_off_the_mask_and_needs_its_fields():
     x = hand_tree_inputs()
     x.loss_mask = torch.tensor([[0, 1, 0, 1, 0]] * 4, dtype=torch.float32)
-    adv = tree(x, tree_algo())
+    adv = tree(x, **tree_args())
     close(
         adv,
         [
@@ -752,7 +777,7 @@ def test_tree_is_zero_off_the_mask_and_needs_its_fields():
     )
     x.segment_weights = None
     with pytest.raises(ValueError, match="segment_weights"):
-        tree(x, tree_algo())
+        tree(x, **tree_args())
     assert ADVANTAGES["tree"] is tree and tree.min_group_size == 2
 
 
@@ -778,7 +803,7 @@ def test_prefix_tree_golden_credit_lands_where_replies_part():
     # "3" A alone (1): credits 0, 1/6, 1/2. B: 0, 1/6, -1/2. C: 0, then alone at 0: -1/3.
     # group 1, root 1/2: D's "9" leads to D alone (1): +1/2; E's "2" to E alone (0): -1/2,
     # and E's last token, alone already, gets 0.
-    adv = prefix_tree(hand_prefix_inputs(), tree_algo(normalize_std=False))
+    adv = prefix_tree(hand_prefix_inputs(), **prefix_args(normalize_std=False))
     close(
         adv,
         [
@@ -803,18 +828,18 @@ def test_prefix_tree_credits_add_up_to_grpo_along_each_reply():
     x.target_ids = torch.randint(0, 2, (size, width)).cumsum(-1) % 3
     x.target_ids[:, 0] = 7  # the prompt's token
     for std in (False, True):
-        adv = prefix_tree(x, tree_algo(normalize_std=std))
-        close(adv.sum(-1), grpo(x, tree_algo(normalize_std=std))[:, 0].tolist())
-    outcome = grpo(x, tree_algo())
-    plus = prefix_tree(x, tree_algo(tree_outcome_coef=0.5))
-    close(plus, (prefix_tree(x, tree_algo()) + 0.5 * outcome).tolist())
+        adv = prefix_tree(x, **prefix_args(normalize_std=std))
+        close(adv.sum(-1), grpo(x, AlgoConfig(normalize_std=std))[:, 0].tolist())
+    outcome = grpo(x, AlgoConfig())
+    plus = prefix_tree(x, **prefix_args(outcome_coef=0.5))
+    close(plus, (prefix_tree(x, **prefix_args()) + 0.5 * outcome).tolist())
 
 
 def test_prefix_tree_needs_the_tokens():
     x = hand_prefix_inputs()
     x.target_ids = None
     with pytest.raises(ValueError, match="target_ids"):
-        prefix_tree(x, tree_algo())
+        prefix_tree(x, **prefix_args())
 
 
 def test_gae_golden_two_turns_with_an_observation_gap():
@@ -829,7 +854,7 @@ def test_gae_golden_two_turns_with_an_observation_gap():
     x = inputs([1.1], [0], [[0, 0, 1, 1, 0, 0, 1, 1]])
     x.token_rewards = torch.tensor([[0, 0, 0, 0.1, 0, 0, 0, 1.0]])
     x.values = torch.tensor([[0, 0, 0.5, 0.4, 0, 0, 0.3, 0.2]])
-    adv, returns = gae_returns(x, AlgoConfig(gamma=0.9, lam=0.8))
+    adv, returns = gae_returns(x, AlgoConfig(gamma=0.9, lam=0.8), params=GaeParams())
     expected = torch.tensor([[0, 0, 0.0747904, 0.29832, 0, 0, 0.456, 0.8]])
     torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(returns, (expected + x.values) * x.loss_mask, atol=1e-6, rtol=0)
@@ -859,27 +884,28 @@ def test_gae_length_adaptive_lambda_golden_two_turns_with_an_observation_gap():
     # Critic targets use lam = 1: the discounted return to go, whatever the values:
     #   row 0: R7 = 1, R6 = .9, R3 = .1 + .9*.9 = .91, R2 = .9*.91 = .819; row 1: R7 = 1, R6 = .9
     x = two_turn_rows()
-    algo = AlgoConfig(gamma=0.9, lam_mode="length_adaptive", lam_alpha=1.5)
-    close(policy_lambda(x, algo), [5 / 6, 2 / 3])
-    adv, returns = gae_returns(x, algo)
+    algo, params = AlgoConfig(gamma=0.9), GaeParams(lam_mode="length_adaptive", lam_alpha=1.5)
+    close(policy_lambda(x, algo, params), [5 / 6, 2 / 3])
+    adv, returns = gae_returns(x, algo, params=params)
     close(adv, [[0, 0, 0.1075, 0.33, 0, 0, 0.48, 0.8], [0, 0, 0, 0, 0, 0, 0.36, 0.8]])
     close(returns, [[0, 0, 0.819, 0.91, 0, 0, 0.9, 1.0], [0, 0, 0, 0, 0, 0, 0.9, 1.0]])
-    assert torch.equal(gae(x, algo), adv)
-    assert torch.equal(gae_targets(x, algo), returns)
+    assert torch.equal(gae(x, algo, params=params), adv)
+    assert torch.equal(gae_targets(x, algo, params=params), returns)
 
 
 def test_fixed_lambda_targets_are_advantages_plus_values():
     x = two_turn_rows()
     algo = AlgoConfig(gamma=0.9, lam=0.8)
-    close(policy_lambda(x, algo), [0.8, 0.8])
-    adv, returns = gae_returns(x, algo)
+    close(policy_lambda(x, algo, GaeParams()), [0.8, 0.8])
+    adv, returns = gae_returns(x, algo, params=GaeParams())
     torch.testing.assert_close(returns, (adv + x.values) * x.loss_mask, atol=1e-6, rtol=0)
 
 
 def test_length_adaptive_lambda_is_clamped_at_zero():
     x = inputs([1.0, 1.0], [0, 1], [[1, 0, 0], [1, 1, 1]])
     # alpha .5: len 1 -> 1 - 2 = -1 -> 0; len 3 -> 1 - 2/3 = 1/3
-    close(policy_lambda(x, AlgoConfig(lam_mode="length_adaptive", lam_alpha=0.5)), [0, 1 / 3])
+    params = GaeParams(lam_mode="length_adaptive", lam_alpha=0.5)
+    close(policy_lambda(x, AlgoConfig(), params), [0, 1 / 3])
 
 
 def test_running_mean_golden():
@@ -995,9 +1021,16 @@ def test_broadcast_from_last_gives_each_thread_its_episodes_last_policy_token_ad
 # ---------------------------------------------------------------- soft_bellman
 
 
+BETA_1 = SoftQParams(beta=1.0)
+
+
 def soft_row(mask, values, q_values, rewards=None, token_rewards=None):
+    """Rows whose V and Q are `values` and `q_values` under BETA_1: against a reference whose
+    normalisers and logprobs are 0, V is the old normaliser and Q the old logprob plus it."""
     x = inputs(rewards or [1.0] * len(mask), list(range(len(mask))), mask)
-    x.soft_values, x.soft_q_values = torch.tensor(values), torch.tensor(q_values)
+    x.old_normaliser = torch.tensor(values)
+    x.old_logprobs = torch.tensor(q_values) - x.old_normaliser
+    x.ref_normaliser = x.ref_logprobs = torch.zeros_like(x.old_normaliser)
     x.token_rewards = None if token_rewards is None else torch.tensor(token_rewards)
     return x
 
@@ -1011,14 +1044,14 @@ def test_soft_bellman_one_step_targets_skip_observations_and_end_on_the_reward()
         [[0, 1, 1, 0, 1], [0] * 5, [1, 0, 0, 0, 0]], [[0.1, 0.2, 0.3, 0.4, 0.5]] * 3,
         [[9.0] * 5] * 3, rewards=[1.0, 1.0, 0.7],
     )  # fmt: skip
-    targets = soft_bellman(x, AlgoConfig(gamma=0.5, lam=0.0))
+    targets = soft_bellman(x, AlgoConfig(gamma=0.5, lam=0.0), params=BETA_1)
     expected = [[0, 0.15, 0.25, 0, 1.0], [0] * 5, [0.7, 0, 0, 0, 0]]
     torch.testing.assert_close(targets, torch.tensor(expected), rtol=0, atol=1e-7)
 
 
 def test_soft_bellman_lambda_returns_subtract_the_later_tokens_log_ratios():
     # Policy columns 0, 1, 3; reward 1 on column 3, a turn reward 0.2 on column 1. V = [.5,
-    # -.3, 9, .4], Q = [.7, -.1, 9, .6], so q_beta log(pi / pi_ref) = Q - V = .2 at columns 1
+    # -.3, 9, .4], Q = [.7, -.1, 9, .6], so beta log(pi / pi_ref) = Q - V = .2 at columns 1
     # and 3. gamma 1, lam 0.5:
     #   G_3 = 1
     #   G_1 = 0.2 + V_3 + 0.5 (G_3 - Q_3) = 0.2 + 0.4 + 0.5 * 0.4 = 0.8
@@ -1029,15 +1062,34 @@ def test_soft_bellman_lambda_returns_subtract_the_later_tokens_log_ratios():
         [[1, 1, 0, 1]], [[0.5, -0.3, 9.0, 0.4]], [[0.7, -0.1, 9.0, 0.6]], [1.2],
         token_rewards=[[0.0, 0.2, 0.0, 1.0]],
     )  # fmt: skip
-    half = soft_bellman(x, AlgoConfig(lam=0.5))
+    half = soft_bellman(x, AlgoConfig(lam=0.5), params=BETA_1)
     torch.testing.assert_close(half, torch.tensor([[0.15, 0.8, 0, 1.0]]), rtol=0, atol=1e-7)
-    full = soft_bellman(x, AlgoConfig(lam=1.0))
+    full = soft_bellman(x, AlgoConfig(lam=1.0), params=BETA_1)
     torch.testing.assert_close(full, torch.tensor([[0.8, 1.0, 0, 1.0]]), rtol=0, atol=1e-7)
 
 
+def test_soft_bellman_reads_v_and_q_off_the_normalisers_with_its_beta():
+    # One row, two policy tokens, reward 1 on the last; at column 1 the old normaliser is 3,
+    # the reference's 1, the sampled token's logprob -1 (old) and -.5 (reference):
+    #   beta .5: V_1 = .5 (3 - 1) = 1, Q_1 = .5 (-1 + 3 + .5 - 1) = .75
+    #   beta 1:  V_1 = 2, Q_1 = 1.5
+    # gamma 1; lam 0: G_0 = V_1; lam 1: G_0 = V_1 + (G_1 - Q_1) with G_1 = 1.
+    x = inputs([1.0], [0], [[1, 1]])
+    x.old_normaliser, x.ref_normaliser = torch.tensor([[2.0, 3.0]]), torch.tensor([[1.0, 1.0]])
+    x.old_logprobs, x.ref_logprobs = torch.tensor([[-2.0, -1.0]]), torch.tensor([[-2.0, -0.5]])
+    for beta, one_step, full in [(0.5, 1.0, 1.25), (1.0, 2.0, 1.5)]:
+        params = SoftQParams(beta=beta)
+        got = soft_bellman(x, AlgoConfig(lam=0.0), params=params)
+        torch.testing.assert_close(got, torch.tensor([[one_step, 1.0]]), rtol=0, atol=0)
+        got = soft_bellman(x, AlgoConfig(lam=1.0), params=params)
+        torch.testing.assert_close(got, torch.tensor([[full, 1.0]]), rtol=0, atol=0)
+
+
 def test_soft_bellman_names_its_missing_field():
-    with pytest.raises(ValueError, match="soft_values"):
-        soft_bellman(inputs([1.0], [0]), AlgoConfig())
+    x = soft_row([[1, 1]], [[0.1, 0.2]], [[0.3, 0.4]])
+    x.ref_normaliser = None
+    with pytest.raises(ValueError, match="AdvInputs.ref_normaliser"):
+        soft_bellman(x, AlgoConfig(), params=SoftQParams())
 
 
 def test_raft_is_the_reward_on_every_policy_token():

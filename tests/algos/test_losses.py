@@ -6,8 +6,21 @@ import torch
 
 from rlvr.algos.losses import AGGREGATIONS, LOSSES, LossInputs, ppo_clip
 from rlvr.config import AlgoConfig
+from rlvr.registry import bind_params
 
 ALGO = AlgoConfig(clip_low=0.2, clip_high=0.28)
+
+
+def run(name, inputs, algo, **settings):
+    """LOSSES[name](inputs, algo) with its Params bound as build_components binds
+    algo.loss_params: `settings` where it declares them, its defaults elsewhere. A setting the
+    loss does not declare is left out, so one call can set dual_clip's c for every loss."""
+    fn = LOSSES[name]
+    if hasattr(fn, "Params"):
+        own = {k: v for k, v in settings.items() if k in fn.Params.model_fields}
+        fn = bind_params(fn, fn.Params(**own))
+    return fn(inputs, algo)
+
 
 # (advantage, ratio, expected per-token loss, clipped?) with bounds [0.8, 1.28]
 CASES = [
@@ -224,10 +237,10 @@ def test_aggregation_micro_batches_sum_to_whole(agg):
 @pytest.mark.parametrize("agg", AGG_NAMES)
 @pytest.mark.parametrize("loss", sorted(set(LOSS_NAMES) - MICRO_BATCH_DEPENDENT))
 def test_loss_micro_batches_sum_to_whole(loss, agg):
-    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
+    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)
     x = ragged_batch()
-    whole = LOSSES[loss](x, algo)
-    parts = [LOSSES[loss](m, algo) for m in micro_batches(x)]
+    whole = run(loss, x, algo, c=1.5)
+    parts = [run(loss, m, algo, c=1.5) for m in micro_batches(x)]
     assert sum(p.loss for p in parts).item() == pytest.approx(whole.loss.item(), abs=1e-12)
     for key, value in whole.metrics.items():
         assert sum(p.metrics[key] for p in parts) == pytest.approx(value, abs=1e-12), key
@@ -240,7 +253,7 @@ def test_dual_clip_golden():
     # A=-1 r=2: max(2, 1.28) = 2 < 3
     # A=+1 r=4: max(-4, -1.28) = -1.28 (clip binds; the cap only concerns A < 0)
     # A=-2 r=0.5: max(1.0, 1.6) = 1.6 < 6 (clip binds)
-    out = LOSSES["dual_clip"](x, ALGO)
+    out = run("dual_clip", x, ALGO)
     assert out.loss.item() == pytest.approx((3 + 2 - 1.28 + 1.6) / 4, abs=1e-12)  # 1.33
     assert out.metrics["clip_frac"] == pytest.approx(2 / 4)
     assert out.metrics["dual_clip_frac"] == pytest.approx(1 / 4)  # the capped A=-1 r=4
@@ -257,7 +270,7 @@ def test_up_golden_loss_and_gradients():
     # A=-1 r=0.5: max(0.5, 0.8) = 0.8, the lower clip binds; gradient 0
     # A=-1 r=4:   max(4, 1.28) = 4, capped at c |A| = 3; gradient 0
     # A=-2 r=1.1: inside, -A r = 2.2; gradient -A r = 2.2
-    out = LOSSES["up"](x, ALGO)
+    out = run("up", x, ALGO)
     assert out.loss.item() == pytest.approx((-1 + 0.8 + 3 + 2.2) / 4, abs=1e-12)  # 1.25
     out.loss.backward()
     expected = torch.tensor([[-1.0, 0.0, 0.0, 2.2]], dtype=torch.float64) / 4
@@ -268,20 +281,20 @@ def test_up_golden_loss_and_gradients():
     kl = -sum(math.log(r) for r in (1.5, 0.5, 4.0, 1.1)) / 4
     assert out.metrics["ppo_kl"] == pytest.approx(kl, abs=1e-12)
     # dual_clip differs only on the positive token, which its upper clip holds at -1.28
-    assert LOSSES["dual_clip"](x, ALGO).loss.item() == pytest.approx(4.72 / 4, abs=1e-12)
+    assert run("dual_clip", x, ALGO).loss.item() == pytest.approx(4.72 / 4, abs=1e-12)
 
 
 @pytest.mark.parametrize("agg", AGG_NAMES)
 def test_up_gradient_is_reinforce_above_zero_and_dual_clip_below(agg):
     x = ragged_batch(seed=3)
-    algo = AlgoConfig(loss_agg=agg, dual_clip_c=1.5)
+    algo = AlgoConfig(loss_agg=agg)
 
     def grad(loss):
         logp = x.logprobs.clone().requires_grad_()
         inputs = LossInputs(
             logp, x.old_logprobs, x.advantages, x.loss_mask, x.num_tokens, 5, norm_constant=6.0
         )
-        LOSSES[loss](inputs, algo).loss.backward()
+        run(loss, inputs, algo, c=1.5).loss.backward()
         return logp.grad
 
     positive = x.advantages > 0
@@ -301,18 +314,18 @@ def test_gspo_golden():
     # row 1: log s = (0.2 + 0.4) / 2 = 0.3 (masked 50 ignored), s = 1.3498588; A = -2
     #        -> max(2 * 1.3498588, 2 * 1.1) = 2.6997176
     s1 = math.exp(0.3)
-    out = LOSSES["gspo"](x, algo)
+    out = run("gspo", x, algo)
     assert out.loss.item() == pytest.approx((3 * -1.1 + 2 * 2 * s1) / 5, abs=1e-9)  # 0.4198870
     assert out.metrics["clip_frac"] == pytest.approx(3 / 5)
     seq = AlgoConfig(clip_low=0.05, clip_high=0.1, loss_agg="seq-mean-token-mean")
-    assert LOSSES["gspo"](x, seq).loss.item() == pytest.approx((-1.1 + 2 * s1) / 2, abs=1e-9)
+    assert run("gspo", x, seq).loss.item() == pytest.approx((-1.1 + 2 * s1) / 2, abs=1e-9)
 
 
 def test_gspo_matches_loop_reference():
     x = ragged_batch(seed=3)
     algo = AlgoConfig(clip_low=10.0, clip_high=10.0)  # never clips: loss = sum -A s_i / N
     logp = x.logprobs.clone().requires_grad_()
-    out = LOSSES["gspo"](LossInputs(logp, x.old_logprobs, x.advantages, x.loss_mask, 19.0, 5), algo)
+    out = run("gspo", LossInputs(logp, x.old_logprobs, x.advantages, x.loss_mask, 19.0, 5), algo)
     out.loss.backward()
     loss, grad = 0.0, torch.zeros_like(logp)
     for i in range(5):
@@ -331,17 +344,20 @@ def test_cispo_golden():
     algo = AlgoConfig(clip_low=1.0, clip_high=0.5)  # weight in [0, 1.5]: no lower clip
     x = make(adv=[[1.0, -1.0, 2.0]], ratio=[[2.0, 0.25, 1.0]], logp=[[-0.5, -2.0, -1.0]])
     # -sg(w) A logp: w=1.5 -> -1.5*1*-0.5 = 0.75; w=0.25 -> -0.25*-1*-2 = -0.5; w=1 -> 2
-    out = LOSSES["cispo"](x, algo)
+    out = run("cispo", x, algo)
     assert out.loss.item() == pytest.approx((0.75 - 0.5 + 2) / 3, abs=1e-12)
     assert out.metrics["clip_frac"] == pytest.approx(1 / 3)
     # with the default clip_low=0.2 the second weight is raised to 0.8: -0.8*-1*-2 = -1.6
     low = AlgoConfig(clip_low=0.2, clip_high=0.5)
-    assert LOSSES["cispo"](x, low).loss.item() == pytest.approx((0.75 - 1.6 + 2) / 3, abs=1e-12)
+    assert run("cispo", x, low).loss.item() == pytest.approx((0.75 - 1.6 + 2) / 3, abs=1e-12)
+
+
+def sapo_inputs():
+    return make(adv=[[1.0, -1.0, 1.0, -2.0, 0.0]], ratio=[[1.0, 1.0, 2.0, 0.5, 3.0]])
 
 
 def test_sapo_golden():
-    algo = AlgoConfig(sapo_tau_pos=1.0, sapo_tau_neg=1.05)
-    x = make(adv=[[1.0, -1.0, 1.0, -2.0, 0.0]], ratio=[[1.0, 1.0, 2.0, 0.5, 3.0]])
+    x = sapo_inputs()
     # f(r) = sigmoid(tau (r - 1)) * 4 / tau, loss = -f(r) A
     # A=+1 r=1:   tau=1,    f = 0.5 * 4 = 2                           -> -2
     # A=-1 r=1:   tau=1.05, f = 0.5 * 4 / 1.05 = 1.9047619            -> +1.9047619
@@ -351,13 +367,29 @@ def test_sapo_golden():
     # A=0 r=3:    0
     expected = (-2 + 2 / 1.05 - 4 / (1 + math.exp(-1)) + 2 * 4 / 1.05 / (1 + math.exp(0.525))) / 5
     assert expected == pytest.approx((-2 + 1.9047619 - 2.9242343 + 2.8318767) / 5, abs=1e-7)
-    assert LOSSES["sapo"](x, algo).loss.item() == pytest.approx(expected, abs=1e-12)
+    got = run("sapo", x, AlgoConfig(), tau_pos=1.0, tau_neg=1.05).loss.item()
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert run("sapo", x, AlgoConfig()).loss.item() == got  # those are its defaults
+
+
+def test_sapo_computes_with_the_temperatures_it_is_given():
+    # tau_pos 2, tau_neg 0.5 on sapo_inputs' tokens, f(r) = sigmoid(tau (r - 1)) * 4 / tau:
+    # A=+1 r=1: f = 0.5 * 4 / 2 = 1 -> -1;         A=-1 r=1: f = 0.5 * 4 / 0.5 = 4 -> +4
+    # A=+1 r=2: f = sigmoid(2) * 2 -> -2 sigmoid(2); A=-2 r=0.5: f = sigmoid(-0.25) * 8
+    # -> +16 sigmoid(-0.25); A=0: 0
+    def sigmoid(v):
+        return 1 / (1 + math.exp(-v))
+
+    expected = (-1 + 4 - 2 * sigmoid(2) + 16 * sigmoid(-0.25)) / 5
+    out = run("sapo", sapo_inputs(), AlgoConfig(), tau_pos=2.0, tau_neg=0.5)
+    assert out.loss.item() == pytest.approx(expected, abs=1e-12)
+    assert out.loss.item() != pytest.approx(run("sapo", sapo_inputs(), AlgoConfig()).loss.item())
 
 
 def test_reinforce_golden_ignores_old_logprobs():
     x = make(adv=[[1.0, -2.0]], ratio=[[7.0, 0.01]], logp=[[-0.5, -1.0]])  # ratios are ignored
     # -A logp: -1 * -0.5 = 0.5; 2 * -1 = -2; token mean (0.5 - 2) / 2 = -0.75
-    assert LOSSES["reinforce"](x, ALGO).loss.item() == pytest.approx(-0.75, abs=1e-12)
+    assert run("reinforce", x, ALGO).loss.item() == pytest.approx(-0.75, abs=1e-12)
 
 
 # up's self-anchored ratio pi / sg(pi) is 1 whatever pi is: finite differences see no gradient
@@ -375,7 +407,7 @@ def test_gradcheck_every_loss(loss, agg):
     )
     adv = torch.tensor([[0.7], [-1.3], [-0.4]], dtype=torch.float64).expand(3, 4)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 1], [1, 0, 1, 1]], dtype=torch.float64)
-    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28, dual_clip_c=1.5)
+    algo = AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)
 
     def f(lp):
         # cispo's, dis's and dppo's weights are sg(f(r)): finite differences would see r move,
@@ -386,7 +418,7 @@ def test_gradcheck_every_loss(loss, agg):
             lp, base, adv, mask, num_tokens=10.0, num_seqs=3, norm_constant=5.0,
             behaviour_logprobs=base, normaliser=2 - old, ref_logprobs=old, ref_normaliser=2 + old,
         )  # fmt: skip
-        return LOSSES[loss](x, algo).loss
+        return run(loss, x, algo, c=1.5).loss
 
     assert torch.autograd.gradcheck(f, ((old + log_ratio).requires_grad_(),))
 
@@ -401,7 +433,7 @@ def test_empty_response_gives_zero_loss(loss, agg):
         logprobs, old, torch.randn(2, 3).double(), zeros, 0.0, 2, behaviour_logprobs=old,
         normaliser=old + 3, ref_logprobs=old, ref_normaliser=old + 2,
     )  # fmt: skip
-    out = LOSSES[loss](x, AlgoConfig(loss_agg=agg))
+    out = run(loss, x, AlgoConfig(loss_agg=agg))
     assert torch.isfinite(out.loss) and out.loss.item() == 0.0
     out.loss.backward()
     assert torch.all(logprobs.grad == 0)
@@ -421,7 +453,7 @@ def test_at_ratio_one_every_loss_is_the_policy_gradient(loss):
         logp, x.old_logprobs, x.advantages, x.loss_mask, x.num_tokens, 5,
         behaviour_logprobs=x.old_logprobs,
     )  # fmt: skip
-    LOSSES[loss](inputs, AlgoConfig(clip_low=0.2, clip_high=0.28)).loss.backward()
+    run(loss, inputs, AlgoConfig(clip_low=0.2, clip_high=0.28)).loss.backward()
     expected = -x.advantages * x.loss_mask / x.num_tokens
     assert torch.allclose(logp.grad, expected, atol=1e-12)
 
@@ -445,7 +477,7 @@ def test_an_advantage_weighted_loss_gives_a_zero_advantage_row_no_gradient(loss,
     adv = torch.tensor([[0.0], [1.3]], dtype=torch.float64).expand(2, 5)
     x = LossInputs(logp, old, adv, torch.ones(2, 5, dtype=torch.float64), 10.0, 2,
                    behaviour_logprobs=old)  # fmt: skip
-    LOSSES[loss](x, AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)).loss.backward()
+    run(loss, x, AlgoConfig(loss_agg=agg, clip_low=0.2, clip_high=0.28)).loss.backward()
     assert torch.all(logp.grad[0] == 0)
     assert logp.grad[1].abs().sum() > 0  # a real gradient where the advantage is not 0
 
@@ -462,7 +494,7 @@ def test_a_nan_at_padding_reaches_neither_the_loss_nor_the_gradient(loss, agg):
     pad = ~x.loss_mask.bool()
     algo = AlgoConfig(loss_agg=agg)
 
-    def run(poison):
+    def forward(poison):
         def fill(t):
             return torch.where(pad, float("nan"), t) if poison else t
 
@@ -474,12 +506,12 @@ def test_a_nan_at_padding_reaches_neither_the_loss_nor_the_gradient(loss, agg):
             ref_logprobs=fill(x.ref_logprobs), ref_normaliser=fill(x.ref_normaliser),
         )  # fmt: skip
         torch.manual_seed(0)  # clip_cov's draw
-        out = LOSSES[loss](inputs, algo)
+        out = run(loss, inputs, algo)
         out.loss.backward()
         return out, logp.grad
 
-    out, grad = run(poison=True)
-    clean, clean_grad = run(poison=False)
+    out, grad = forward(poison=True)
+    clean, clean_grad = forward(poison=False)
     assert out.loss.item() == pytest.approx(clean.loss.item(), abs=1e-12)
     assert out.metrics == pytest.approx(clean.metrics, abs=1e-12)
     assert torch.isfinite(grad).all() and torch.all(grad[pad] == 0)
@@ -499,7 +531,7 @@ def test_an_aggregation_ignores_a_nan_at_padding(agg):
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 def test_every_loss_reports_ppo_kl_and_the_clipping_ones_clip_frac_lower(loss):
     x = ragged_batch(seed=4)
-    metrics = LOSSES[loss](x, AlgoConfig()).metrics
+    metrics = run(loss, x, AlgoConfig()).metrics
     assert "ppo_kl" in metrics
     assert ("clip_frac_lower" in metrics) == (loss in CLIPPING)
 
@@ -507,12 +539,12 @@ def test_every_loss_reports_ppo_kl_and_the_clipping_ones_clip_frac_lower(loss):
 def test_token_sum_is_the_sum_of_the_micro_batches_sums():
     x = make(adv=[[1.0, -2.0, 3.0]], ratio=[[1.0, 1.0, 1.0]], logp=[[-0.5, -1.0, -2.0]])
     # reinforce: -A logp = [0.5, -2, 6], summed with no normaliser
-    out = LOSSES["reinforce"](x, AlgoConfig(loss_agg="token-sum"))
+    out = run("reinforce", x, AlgoConfig(loss_agg="token-sum"))
     assert out.loss.item() == pytest.approx(4.5, abs=1e-12)
 
 
 def test_gmpo_golden_and_its_sequence_gradient():
-    # gmpo_clip 0.4. Row 0 (A = 1): log r [0.1, 0.6, -0.5] -> pessimistic [0.1, 0.4, -0.5]
+    # clip 0.4. Row 0 (A = 1): log r [0.1, 0.6, -0.5] -> pessimistic [0.1, 0.4, -0.5]
     # (only the upper clip binds for A > 0), mean 0, s = 1. Row 1 (A = -2, third token
     # masked): log r [0.2, -0.7] -> [0.2, -0.4] (the lower clip binds), mean -0.1, s = e^-0.1.
     lr = [[0.1, 0.6, -0.5], [0.2, -0.7, 0.3]]
@@ -522,12 +554,12 @@ def test_gmpo_golden_and_its_sequence_gradient():
     )  # fmt: skip
     x.logprobs.requires_grad_()
     s1 = math.exp(-0.1)
-    out = LOSSES["gmpo"](x, AlgoConfig())
+    out = run("gmpo", x, AlgoConfig())
     assert out.loss.item() == pytest.approx((3 * -1 + 2 * 2 * s1) / 5, abs=1e-12)
     assert out.metrics["clip_frac"] == pytest.approx(2 / 5)
     assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 5)
     seq = AlgoConfig(loss_agg="seq-mean-token-mean")  # the paper's: mean over sequences
-    assert LOSSES["gmpo"](x, seq).loss.item() == pytest.approx((-1 + 2 * s1) / 2, abs=1e-12)
+    assert run("gmpo", x, seq).loss.item() == pytest.approx((-1 + 2 * s1) / 2, abs=1e-12)
     out.loss.backward()
     # d s_i / d log pi_t = s_i / len_i where unclipped, 0 where clipped; the row's 3 (2) tokens
     # each carry -A s_i / 5: row 0 -> -3/5 * 1/3, row 1 -> 4 s1 / 5 * 1/2
@@ -539,7 +571,7 @@ def test_dro_golden_with_its_gradient():
     # beta 0.1, log r [0.5, 0], log pi [-1, -2], A [1, -2]: -(A logp - 0.05 d^2) = [1.0125, -4]
     x = make(adv=[[1.0, -2.0]], ratio=[[math.exp(0.5), 1.0]], logp=[[-1.0, -2.0]])
     x.logprobs.requires_grad_()
-    out = LOSSES["dro"](x, AlgoConfig())
+    out = run("dro", x, AlgoConfig())
     assert out.loss.item() == pytest.approx((1.0125 - 4) / 2, abs=1e-12)
     assert out.metrics["ppo_kl"] == pytest.approx(-0.25, abs=1e-12)
     out.loss.backward()
@@ -576,7 +608,7 @@ def test_dppo_tv_golden():
     # rare token's +0.11 is inside, with ratio 12
     x = dppo_inputs()
     inside = [1, 0, 1, 0, 1, 1, 1]
-    out = LOSSES["dppo_tv"](x, AlgoConfig())
+    out = run("dppo_tv", x, AlgoConfig())
     assert out.loss.item() == pytest.approx(dppo_terms(inside) / 7, abs=1e-12)
     assert out.metrics["clip_frac"] == pytest.approx(2 / 7)
     assert out.metrics["clip_frac_lower"] == pytest.approx(1 / 7)
@@ -584,7 +616,7 @@ def test_dppo_tv_golden():
     ratio = torch.tensor([DPPO_NEW], dtype=torch.float64) / torch.tensor([DPPO_OLD]).double()
     expected = -x.advantages * ratio * torch.tensor([inside]).double() / 7
     assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
-    capped = LOSSES["dppo_tv"](dppo_inputs(), AlgoConfig(dppo_ratio_cap=2.0))
+    capped = run("dppo_tv", dppo_inputs(), AlgoConfig(), ratio_cap=2.0)
     assert capped.loss.item() == pytest.approx(dppo_terms(inside, cap=2.0) / 7, abs=1e-12)
 
 
@@ -595,7 +627,7 @@ def test_dppo_kl_golden():
     kl = 0.01 * math.log(0.01 / 0.12) + 0.99 * math.log(0.99 / 0.88)
     assert kl == pytest.approx(0.091756, abs=1e-6)
     x = dppo_inputs()
-    out = LOSSES["dppo_kl"](x, AlgoConfig())
+    out = run("dppo_kl", x, AlgoConfig())
     inside = [1, 0, 1, 0, 1, 1, 0]
     assert out.loss.item() == pytest.approx(dppo_terms(inside) / 7, abs=1e-12)
     assert out.metrics["clip_frac"] == pytest.approx(3 / 7)
@@ -615,12 +647,12 @@ def test_kl_cov_golden_penalises_the_top_covariance_tokens():
     lr = [0.1, -0.2, 0.3, -0.4]
     plain = [-1 * math.exp(0.1), math.exp(-0.2), -2 * math.exp(0.3), 0.0]  # -A r
     # default ratio 0.002 of 4 tokens: at least one, the top token 2, + |0.3|
-    out = LOSSES["kl_cov"](cov_inputs(lr), AlgoConfig())
+    out = run("kl_cov", cov_inputs(lr), AlgoConfig())
     assert out.loss.item() == pytest.approx((sum(plain) + 0.3) / 4, abs=1e-12)
     assert out.metrics["cov_frac"] == pytest.approx(1 / 4)
     # ratio 0.5: tokens 2 and 3, + |0.3| + |-0.4|; the penalty's gradient is coef * sign(log r)
     x = cov_inputs(lr)
-    out = LOSSES["kl_cov"](x, AlgoConfig(kl_cov_ratio=0.5, kl_cov_coef=2.0))
+    out = run("kl_cov", x, AlgoConfig(), ratio=0.5, coef=2.0)
     assert out.loss.item() == pytest.approx((sum(plain) + 2 * 0.7) / 4, abs=1e-12)
     out.loss.backward()
     assert x.logprobs.grad[0, 3].item() == pytest.approx(-2 / 4)  # A = 0: only the penalty
@@ -630,9 +662,9 @@ def test_clip_cov_golden_drops_the_gradient_of_covariance_tokens():
     # bounds [0.8, 1.28]: token 2 (A = 2, r = e^.5) is clipped, so never dropped; with
     # covariance in (0.5, 1.0) tokens 1 and 3 are the candidates, and ratio 0.5 drops both
     lr = [0.1, -0.1, 0.5, 0.0]
-    algo = AlgoConfig(clip_cov_ratio=0.5, clip_cov_lb=0.5, clip_cov_ub=1.0)
+    algo, band = AlgoConfig(), {"lb": 0.5, "ub": 1.0}
     x = cov_inputs(lr)
-    out = LOSSES["clip_cov"](x, algo)
+    out = run("clip_cov", x, algo, ratio=0.5, **band)
     assert out.loss.item() == pytest.approx((-math.exp(0.1) - 2 * 1.2) / 4, abs=1e-12)
     assert out.metrics["cov_frac"] == pytest.approx(2 / 4)
     assert out.metrics["clip_frac"] == pytest.approx(1 / 4)
@@ -640,11 +672,11 @@ def test_clip_cov_golden_drops_the_gradient_of_covariance_tokens():
     expected = torch.tensor([[-math.exp(0.1) / 4, 0.0, 0.0, 0.0]], dtype=torch.float64)
     assert torch.allclose(x.logprobs.grad, expected, atol=1e-12)
     # a wider band would take token 2 too, but a clipped token is never a candidate
-    wide = AlgoConfig(clip_cov_ratio=0.5, clip_cov_lb=0.5, clip_cov_ub=2.0)
-    assert LOSSES["clip_cov"](cov_inputs(lr), wide).metrics["cov_frac"] == pytest.approx(2 / 4)
+    wide = run("clip_cov", cov_inputs(lr), algo, ratio=0.5, lb=0.5, ub=2.0)
+    assert wide.metrics["cov_frac"] == pytest.approx(2 / 4)
     # ratio 0.25 drops one of the two candidates, whichever the draw picks
-    one = AlgoConfig(clip_cov_ratio=0.25, clip_cov_lb=0.5, clip_cov_ub=1.0)
-    assert LOSSES["clip_cov"](cov_inputs(lr), one).metrics["cov_frac"] == pytest.approx(1 / 4)
+    one = run("clip_cov", cov_inputs(lr), algo, ratio=0.25, **band)
+    assert one.metrics["cov_frac"] == pytest.approx(1 / 4)
 
 
 # ---- DIS (SAO's direct double-sided importance sampling) ----
@@ -671,7 +703,7 @@ def dis_inputs(mask=None):
 
 def test_dis_golden_masks_outside_the_band_and_keeps_them_in_the_denominator():
     x = dis_inputs()
-    out = LOSSES["dis"](x, AlgoConfig())  # defaults: dis_clip_low 0.3, dis_clip_high 5.0
+    out = run("dis", x, AlgoConfig())  # defaults: clip_low 0.3, clip_high 5.0
     # inside (0.7, 6): 0.71, 1.0, 2.0, 5.9; -f(r) A logp for each:
     #   0.71: -0.71 * 2 * -2 = 2.84;  1.0: -1 * -0.5 * -0.25 = -0.125
     #   2.0: -2 * 1.5 * -1 = 3.0;     5.9: -5.9 * -2 * -0.5 = -5.9
@@ -690,17 +722,17 @@ def test_dis_golden_masks_outside_the_band_and_keeps_them_in_the_denominator():
 def test_dis_band_edges_follow_the_config():
     x = dis_inputs()
     # band (0.4, 2.0 + 4.0): 0.5 and 0.69 join; 6.1 and 50 still out
-    out = LOSSES["dis"](x, AlgoConfig(dis_clip_low=0.6, dis_clip_high=5.0))
+    out = run("dis", x, AlgoConfig(), clip_low=0.6, clip_high=5.0)
     assert out.metrics["mask_frac"] == pytest.approx(2 / 8)
     # band (0.7, 1.5): only 0.71 and 1.0 inside
-    out = LOSSES["dis"](x, AlgoConfig(dis_clip_low=0.3, dis_clip_high=0.5))
+    out = run("dis", x, AlgoConfig(), clip_low=0.3, clip_high=0.5)
     assert out.metrics["mask_frac"] == pytest.approx(6 / 8)
     assert out.loss.item() == pytest.approx((2.84 - 0.125) / 8, abs=1e-12)
 
 
 def test_dis_loss_mask_zeroes_tokens_without_counting_them_as_masked():
     x = dis_inputs(mask=[[1, 1, 1, 1], [1, 1, 0, 0]])  # 6 policy tokens
-    out = LOSSES["dis"](x, AlgoConfig())
+    out = run("dis", x, AlgoConfig())
     assert out.loss.item() == pytest.approx((2.84 - 0.125 + 3.0 - 5.9) / 6, abs=1e-12)
     assert out.metrics["mask_frac"] == pytest.approx(2 / 6)  # 0.5 and 0.69
 
@@ -709,14 +741,14 @@ def test_dis_needs_behaviour_logprobs():
     x = dis_inputs()
     x.behaviour_logprobs = None
     with pytest.raises(ValueError, match="behaviour_logprobs"):
-        LOSSES["dis"](x, AlgoConfig())
+        run("dis", x, AlgoConfig())
 
 
 # ---- soft Q-learning ----
 
 
 def soft_q_case():
-    """One row, two policy tokens and a padded one (NaN there), q_beta 0.5, token-sum.
+    """One row, two policy tokens and a padded one (NaN there), beta 0.5, token-sum.
     x - x_ref = (-1 + 2) - (-1.2 + 2) = 0.2 and (-0.5 + 3) - (-0.5 + 2.5) = 0.5, so Q = [0.1,
     0.25]; targets [0.3, 1.0] leave errors [-0.2, -0.75] and a loss of (0.04 + 0.5625) / 2."""
     nan = float("nan")
@@ -733,12 +765,12 @@ def soft_q_case():
 
 def test_soft_q_golden_loss_metrics_and_gradients():
     x, logp, normaliser = soft_q_case()
-    out = LOSSES["soft_q"](x, AlgoConfig(q_beta=0.5, loss_agg="token-sum"))
+    out = run("soft_q", x, AlgoConfig(loss_agg="token-sum"), beta=0.5)
     assert out.loss.item() == pytest.approx((0.04 + 0.5625) / 2, abs=1e-12)
     assert out.metrics["q/mean"] == pytest.approx((0.1 + 0.25) / 2, abs=1e-12)
     assert out.metrics["q/abs_error"] == pytest.approx((0.2 + 0.75) / 2, abs=1e-12)
     out.loss.backward()
-    # d/dlogp = d/dnormaliser = q_beta * error; nothing at padding
+    # d/dlogp = d/dnormaliser = beta * error; nothing at padding
     expected = torch.tensor([[0.5 * -0.2, 0.5 * -0.75, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(logp.grad, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(normaliser.grad, expected, rtol=0, atol=1e-12)
@@ -748,4 +780,4 @@ def test_soft_q_names_a_missing_field():
     x, _, _ = soft_q_case()
     x.ref_normaliser = None
     with pytest.raises(ValueError, match="ref_normaliser"):
-        LOSSES["soft_q"](x, AlgoConfig())
+        run("soft_q", x, AlgoConfig())

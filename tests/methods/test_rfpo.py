@@ -165,9 +165,13 @@ def test_a_resumed_run_judges_with_the_calibration_it_saved(fast_overrides, tmp_
         assert a[key] == pytest.approx(b[key], abs=1e-6), key
 
 
-def test_rfpo_needs_an_undiscounted_unbootstrapped_critic(fast_overrides):
-    with pytest.raises(ConfigError, match="algo.advantage=gae, algo.gamma=1, algo.lam=1"):
-        build_components(load_config(None, [*fast_overrides, *RFPO, "algo.lam=0.95"]))
+@pytest.mark.parametrize(
+    "override", ["algo.lam=0.95", "algo.advantage_params.lam_mode=length_adaptive"]
+)
+def test_rfpo_needs_an_undiscounted_unbootstrapped_critic(fast_overrides, override):
+    with pytest.raises(ConfigError, match="algo.advantage=gae, algo.gamma=1, algo.lam=1 and "
+                       "algo.advantage_params.lam_mode=fixed"):  # fmt: skip
+        build_components(load_config(None, [*fast_overrides, *RFPO, override]))
 
 
 def test_a_critic_that_barely_separates_right_from_wrong_is_reported():

@@ -1,11 +1,15 @@
 import importlib.util
 import json
+import math
 import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
+from rlvr.algos.advantages import AdvInputs, gae_targets
+from rlvr.algos.losses import LossInputs
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards.penalties import LengthPenalty
 from rlvr.rollout.build import build_engine
@@ -132,7 +136,79 @@ def test_soft_q_learning_comes_as_its_loss_and_its_targets_together(overrides):
     with pytest.raises(ConfigError, match="algo.loss=soft_q with algo.advantage=soft_bellman"):
         components(*overrides)
     built = components("algo.loss=soft_q", "algo.advantage=soft_bellman")
-    assert built.requires == {"soft_values", "soft_q_values"}
+    assert built.requires == {"old_logprobs", "old_normaliser", "ref_logprobs", "ref_normaliser"}
+
+
+def test_soft_q_learnings_estimator_and_loss_must_read_q_with_the_same_beta():
+    pair = ["algo.loss=soft_q", "algo.advantage=soft_bellman"]
+    with pytest.raises(ConfigError, match=r"algo\.advantage_params\.beta = 0\.2 but "
+                       r"algo\.loss_params\.beta = 0\.1.*set algo\.advantage_params\.beta and "
+                       r"algo\.loss_params\.beta to the same value"):  # fmt: skip
+        components(*pair, "algo.advantage_params.beta=0.2")
+    built = components(*pair, "algo.advantage_params.beta=0.2", "algo.loss_params.beta=0.2")
+    assert built.advantage.keywords["params"].beta == built.loss.keywords["params"].beta == 0.2
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["algo.loss=sapo", "algo.loss_params.tau_poss=2"],
+            r"unknown key 'algo\.loss_params\.tau_poss'\. Did you mean 'algo\.loss_params\.tau_pos'",
+        ),
+        (
+            ["algo.advantage=passk", "algo.advantage_params.kk=2"],
+            r"unknown key 'algo\.advantage_params\.kk'\. Did you mean 'algo\.advantage_params\.k'",
+        ),
+        (["algo.loss=dual_clip", "algo.loss_params.c=0.5"], r"algo\.loss_params\.c = 0\.5"),
+        (
+            ["algo.loss_params.c=3"],
+            r"algo\.loss_params: loss 'ppo_clip' takes no settings; fix: remove algo\.loss_params",
+        ),
+        (
+            ["algo.advantage_params.k=3"],
+            r"advantage 'grpo' takes no settings; fix: remove algo\.advantage_params",
+        ),
+    ],
+)
+def test_an_estimators_or_losss_settings_fail_before_any_work_naming_the_key(
+    overrides, message, monkeypatch
+):
+    def no_work(*args, **kwargs):
+        raise AssertionError("a bad setting must fail before the task is built")
+
+    monkeypatch.setattr("rlvr.train.setup.build_task", no_work)
+    with pytest.raises(ConfigError, match=message):
+        components(*overrides)
+
+
+def test_a_losss_settings_reach_the_loss_it_computes():
+    # sapo, one token with A = 1 at ratio 2: loss -sigmoid(tau (r - 1)) 4 / tau
+    one = torch.ones(1, 1, dtype=torch.float64)
+    x = LossInputs(-one, -one - math.log(2.0), one, one, num_tokens=1.0, num_seqs=1)
+    built = components("algo.loss=sapo", "algo.loss_params={tau_pos: 2.0}")
+    cfg = load_config(None, ["algo.loss=sapo"])
+    got = built.loss(x, cfg.algo).loss.item()
+    assert got == pytest.approx(-4 / 2 / (1 + math.exp(-2)), abs=1e-12)
+    default = components("algo.loss=sapo").loss(x, cfg.algo).loss.item()
+    assert default == pytest.approx(-4 / (1 + math.exp(-1)), abs=1e-12)
+    assert built.loss.__name__ == "sapo" and built.loss.advantage_weighted
+
+
+def test_an_estimators_settings_reach_its_critic_targets_and_group_minimum():
+    built = components("algo.advantage=gae", "algo.advantage_params.lam_mode=length_adaptive",
+                       "rollout.group_size=1")  # fmt: skip
+    x = AdvInputs(torch.ones(1), torch.zeros(1, dtype=torch.long), torch.ones(1, 3))
+    x.values = torch.tensor([[0.2, 0.5, 0.1]])
+    cfg = load_config(None, ["algo.lam=0.5"])
+    # length-adaptive: the critic's targets use lam = 1, the discounted return to go (1 here)
+    targets = built.advantage.critic_targets(x, cfg.algo)
+    assert targets.tolist() == [[1.0, 1.0, 1.0]]
+    assert built.advantage.critic_targets.func is gae_targets
+    assert built.requires == {"values"}
+    assert components("algo.advantage=passk", "algo.advantage_params.k=7").min_group_size == 8
+    with pytest.raises(ConfigError, match=r"needs group_size >= 9\. Fix: rollout\.group_size=9"):
+        components("algo.advantage=passk", "algo.advantage_params.k=8")
 
 
 def test_replay_refuses_a_multi_turn_task(tmp_path):
