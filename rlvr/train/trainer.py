@@ -12,18 +12,14 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algos.advantages import AdvInputs, RunningMean, broadcast_from_last
-from rlvr.algos.correction import mismatch_metrics, truncated_is_weights
+from rlvr.algos.advantages import RunningMean
 from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, dump_config
-from rlvr.models.logprobs import autocast
 from rlvr.models.lora import (
     is_lora,
     save_final,
 )
-from rlvr.rollout.tree import segment_tensors
-from rlvr.train.batching import with_side_rows
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
     Restored,
@@ -49,6 +45,7 @@ from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
 from rlvr.train.policy import load_policy, policy_path, seed_everything
+from rlvr.train.prepare import UpdatePreparer
 from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
 from rlvr.train.reference import ReferencePolicy
 from rlvr.train.rundir import RunDir, RunDirError
@@ -58,19 +55,8 @@ from rlvr.train.setup import (
     build_rollout_source,
     build_update_group,
 )
-from rlvr.train.update import UpdateInputs, UpdateResult, batch_logprobs, batch_prompts
+from rlvr.train.update import UpdateInputs, UpdateResult, batch_prompts
 from rlvr.types import Batch, Trajectory
-
-
-def reward_components(
-    trajectories: list[Trajectory], weights: dict[str, float]
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Each trajectory's own value of every task.rewards component [B, K] (as its reward logged
-    it) and their weights [K]; (None, None) for a reward that is not a combination."""
-    if not weights:
-        return None, None
-    values = [[t.info.get("components", {}).get(n, 0.0) for n in weights] for t in trajectories]
-    return torch.tensor(values), torch.tensor(list(weights.values()))
 
 
 class Trainer:
@@ -111,6 +97,10 @@ class Trainer:
         self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
         self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
         self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
+        self.preparer = UpdatePreparer(
+            cfg, self.model, self.tokenizer.pad_token_id, self.components, self.reference,
+            self.critic, self.kl_coef, self.reward_baseline,
+        )  # fmt: skip
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
@@ -266,7 +256,7 @@ class Trainer:
 
     def learn(self, sampled: Sampled) -> dict[str, float]:
         """Shape the rewards, compute advantages and update the policy on `sampled`."""
-        cfg, timings = self.cfg, sampled.timings
+        timings = sampled.timings
         trajectories, baselines, sampling = sampled.trajectories, sampled.baselines, sampled.metrics
         prepare_start, timed_before = time.perf_counter(), sum(timings.values())
         if not trajectories:  # every sample hit an infrastructure error: nothing to learn from
@@ -275,18 +265,8 @@ class Trainer:
             )
             return {**sampling, **timings, "status/infra_error": 1.0, "skipped_updates": 0}
         step = Step(self.state["step"], trajectories, sampling, timings)
-        batch, shaped = self.shape_rewards(step)
-        segments = (
-            segment_tensors(trajectories, batch.loss_mask.shape[1])
-            if "segment_advantages" in self.components.requires
-            else (None, None)
-        )
-        components = reward_components(trajectories, cfg.task.rewards)
-        offsets = self.methods.advantage_offsets(step)
-        side_rows = with_side_rows(trajectories, batch, self.tokenizer.pad_token_id)
-        data, extra = self.prepare_update(
-            batch, baselines, segments, components, timings, offsets, side_rows, step
-        )
+        shaped = self.shape_rewards(step)
+        data, extra = self.preparer.prepare(step, baselines)
         self.methods.update_inputs(step, data)
         extra.update(sampling, **shaped)
         # less the phases timed inside it (logprob passes, a method's own), so phases add up
@@ -295,7 +275,7 @@ class Trainer:
         result = self.update(step, data, extra)
         return self.step_metrics(step, data, result, extra)
 
-    def shape_rewards(self, step: Step) -> tuple[Batch, dict[str, float]]:
+    def shape_rewards(self, step: Step) -> dict[str, float]:
         """The rewards as the learner sees them (a method's rescoring, reward timing, the overlong
         penalty, bonuses), packed into `step.batch`; and the shaping's metrics."""
         cfg, trajectories, pad_id = self.cfg, step.trajectories, self.tokenizer.pad_token_id
@@ -318,7 +298,7 @@ class Trainer:
             step.batch = Batch.from_trajectories(trajectories, pad_id)
         if cfg.algo.mask_truncated:
             step.batch.loss_mask[[t.finish_reason == "length" for t in trajectories]] = 0.0
-        return step.batch, shaped
+        return shaped
 
     def update(self, step: Step, data: UpdateInputs, extra: dict[str, float]) -> UpdateResult:
         """The policy update (after any critic warm-up), the weight sync, and the critic's fit
@@ -398,128 +378,6 @@ class Trainer:
 
     def problems(self, cursor: int, count: int) -> list:
         return self.sampler.problems(cursor, count)
-
-    def logprob_passes(
-        self, rows: Batch, step: Step, timings: dict[str, float], extra: dict[str, float]
-    ) -> tuple[torch.Tensor | None, ...]:
-        """The no-grad passes over `rows` [R, T-1] each: the old policy's logprobs (when the update
-        or an estimator or method needs them apart from the update's own), the reference's, and
-        what estimators read off those passes (sum_v pi_v^2; each position's logsumexp under the
-        old policy and the reference, for soft Q-learning)."""
-        cfg, micro, temperature = (
-            self.cfg,
-            self.cfg.train.micro_batch_size,
-            self.cfg.rollout.temperature,
-        )
-        share, requires = cfg.train.share_prompt, self.components.requires
-        old = ref = None
-        timings["time/old_logprobs"] = timings["time/ref_logprobs"] = 0.0
-        on_policy = cfg.algo.ppo_epochs == 1 and cfg.algo.minibatches == 1  # then old == current
-        # an estimator of sum_v pi_v^2 gets it from the old-logprob pass, which then always runs
-        squares = torch.zeros_like(rows.loss_mask) if "sum_pi_squared" in requires else None
-        old_lse = torch.zeros_like(rows.loss_mask) if "old_normaliser" in requires else None
-        ref_lse = torch.zeros_like(rows.loss_mask) if "ref_normaliser" in requires else None
-        observers = self.methods.old_pass(step)  # a method may read that pass too
-        # in the precision the update computes the new logprobs in
-        precision = autocast(cfg.train.autocast, self.model.device)
-        reads_old = squares is not None or bool(observers) or old_lse is not None  # from that pass
-        if not on_policy or cfg.algo.tis != "off" or reads_old:
-            with timed(timings, "time/old_logprobs"), precision:
-                old = batch_logprobs(
-                    self.model, rows, micro, temperature, share, squares, observers, old_lse
-                )
-            extra.update(mismatch_metrics(old, rows.behaviour_logprobs, rows.loss_mask))
-        if self.reference is not None:
-            with timed(timings, "time/ref_logprobs"), precision:
-                ref = self.reference.logprobs(rows, micro, temperature, share, ref_lse)
-        return old, ref, squares, old_lse, ref_lse
-
-    def prepare_update(
-        self,
-        batch: Batch,
-        baselines: torch.Tensor | None,
-        segments: tuple[torch.Tensor | None, torch.Tensor | None],
-        components: tuple[torch.Tensor | None, torch.Tensor | None],
-        timings: dict[str, float],
-        advantage_offsets: torch.Tensor | None,
-        side_rows: tuple[Batch, torch.Tensor] | None,
-        step: Step,
-    ) -> tuple[UpdateInputs, dict]:
-        """Old and reference logprobs, the KL penalty where it is folded into rewards, advantages.
-        `side_rows` is `batch` with the episodes' side rows after it, and each one's episode row:
-        logprobs cover every row, advantages are the episodes' and broadcast to their side rows."""
-        cfg = self.cfg
-        rows, episodes = side_rows if side_rows is not None else (batch, None)
-        values = step.values
-
-        def episode_part(x: torch.Tensor | None) -> torch.Tensor | None:  # [len(rows), ...]
-            return x if x is None else x[: len(batch), : batch.loss_mask.shape[1]]
-
-        extra = {}
-        old, ref, squares, old_lse, ref_lse = self.logprob_passes(rows, step, timings, extra)
-        if self.critic is not None and values is None:
-            with timed(timings, "time/values"):
-                values = self.critic.values(batch)
-        student = episode_part(old) if old is not None else batch.behaviour_logprobs
-        token_rewards = batch.token_rewards
-        method_rewards = self.methods.token_rewards(step, student)
-        if method_rewards is not None:
-            token_rewards = token_rewards + method_rewards
-        kl_coef = self.methods.kl_coef(step, self.kl_coef.value)
-        if ref is not None and self.components.kl is not None and cfg.algo.kl_in_reward:
-            kl = self.components.kl(student, episode_part(ref), cfg.algo) * batch.loss_mask
-            token_rewards = token_rewards - kl_coef * kl
-            extra["kl"] = float(kl.sum() / batch.loss_mask.sum().clamp(min=1))
-        inputs = AdvInputs(
-            token_rewards.sum(-1), batch.group_ids, batch.loss_mask, token_rewards=token_rewards,
-            values=values, baseline_rewards=baselines, turn_rewards=batch.turn_rewards,
-            turn_ids=batch.turn_ids, segment_advantages=segments[0], segment_weights=segments[1],
-            old_logprobs=episode_part(old), sum_pi_squared=episode_part(squares),
-            reward_components=components[0],
-            reward_weights=components[1],
-        )  # fmt: skip
-        if "target_ids" in self.components.requires:  # -1 past a row's end: no token matches it
-            ended = batch.attention_mask[:, 1:] == 0
-            inputs.target_ids = batch.input_ids[:, 1:].masked_fill(ended, -1)
-        if "reward_mean" in self.components.requires:
-            inputs.reward_mean = torch.tensor(self.reward_baseline.value)
-        # what an estimator reads the logits off (soft Q-learning's Q and V, with its own beta)
-        inputs.old_normaliser, inputs.ref_normaliser = episode_part(old_lse), episode_part(ref_lse)
-        inputs.ref_logprobs = episode_part(ref)
-        self.methods.advantage_inputs(step, inputs)
-        advantages = self.components.advantage(inputs, cfg.algo)
-        self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch
-        self.methods.after_advantages(step, inputs)  # likewise what a method fits on the batch
-        targets = getattr(self.components.advantage, "critic_targets", None)  # e.g. gae's lam=1
-        returns = (
-            None
-            if values is None
-            else targets(inputs, cfg.algo)
-            if targets is not None
-            else (advantages + values) * batch.loss_mask
-        )  # critic targets
-        if advantage_offsets is not None:  # after the critic's targets: shaping is no return
-            advantages = advantages + advantage_offsets
-        if episodes is not None:
-            width = rows.loss_mask.shape[1]
-            advantages = torch.cat([
-                torch.nn.functional.pad(advantages, (0, width - advantages.shape[1])),
-                broadcast_from_last(
-                    advantages, batch.loss_mask, episodes, rows.loss_mask[len(batch) :]
-                ),
-            ])  # fmt: skip
-        if cfg.algo.tis != "off":
-            # Scaling the advantage by a non-negative, stop-gradient weight scales every
-            # registered loss's per-token term by it, so the correction needs no loss changes.
-            weights, tis_metrics = truncated_is_weights(
-                old, rows.behaviour_logprobs, rows.loss_mask, cfg.algo.tis, cfg.algo.tis_cap
-            )
-            advantages = advantages * weights
-            extra.update(tis_metrics)
-        data = UpdateInputs(
-            rows, advantages, old, ref, kl_coef, values, returns, ref_normaliser=ref_lse,
-        )  # fmt: skip
-        return data, extra
 
     def run(self) -> dict:
         """Train to train.steps and finish. The first Ctrl-C stops after the current step with a

@@ -259,15 +259,18 @@ def test_repeated_turns_have_their_advantages_lowered(fast_overrides):
             return group, None, {}
 
         trainer.rollout = sampled
-        prepare = trainer.prepare_update
+        estimator, prepare = trainer.components.advantage, trainer.preparer.prepare
 
-        def recording(batch, baselines, segments, components, timings, offsets=None, *rest):
-            data, extra = prepare(batch, baselines, segments, components, timings, offsets, *rest)
-            plain, _ = prepare(batch, baselines, segments, components, {}, None, *rest)
-            seen.update(turn_ids=batch.turn_ids, shaped=data.advantages, plain=plain.advantages)
+        def plain(inputs, algo):  # the estimator's own advantages, before any offsets
+            seen["plain"] = estimator(inputs, algo)
+            return seen["plain"]
+
+        def recording(step, baselines):
+            data, extra = prepare(step, baselines)
+            seen.update(turn_ids=step.batch.turn_ids, shaped=data.advantages)
             return data, extra
 
-        trainer.prepare_update = recording
+        trainer.components.advantage, trainer.preparer.prepare = plain, recording
 
     overrides = [
         *fast_overrides,

@@ -238,24 +238,6 @@ def test_any_hugging_face_model_directory_trains(fast_overrides, tmp_path):
     assert any(not torch.equal(p, q) for p, q in zip(before, trainer.model.parameters()))
 
 
-def test_reward_components_are_each_trajectorys_own_values_in_task_rewards_order():
-    from rlvr.train.trainer import reward_components
-    from rlvr.types import Problem, Trajectory
-
-    def trajectory(components):
-        t = Trajectory(Problem("p", "x"), 0, 0, [1, 2], [0, 1], [0.0, 0.0], [1.0], [2])
-        t.info["components"] = components
-        return t
-
-    values, weights = reward_components(
-        [trajectory({"format": 1.0, "numeric": 0.0, "format/extra": 3.0}), trajectory({})],
-        {"numeric": 1.0, "format": 0.1},
-    )
-    assert values.tolist() == [[0.0, 1.0], [0.0, 0.0]]
-    assert weights.tolist() == pytest.approx([1.0, 0.1])
-    assert reward_components([trajectory({})], {}) == (None, None)
-
-
 def test_otb_runs_the_old_logprob_pass_and_gets_sum_pi_squared(fast_overrides, monkeypatch):
     from rlvr.algos.advantages import ADVANTAGES
 
