@@ -108,3 +108,10 @@ def to_columns(
     index, inside = index.to(values.device), inside.to(values.device)
     picked = values.gather(1, index.clamp(0, max(values.shape[1] - 1, 0)))
     return torch.where(inside, picked, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def batch_prompts(batch, share_prompt: bool) -> Prompts | None:
+    """A Batch's shared prompts when train.share_prompt is on."""
+    if not share_prompt:
+        return None
+    return find_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)

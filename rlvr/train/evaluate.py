@@ -18,6 +18,27 @@ from rlvr.types import Problem
 EVAL_STREAM = 1
 
 
+def held_out(task, eval_size: int, display) -> list[Problem]:
+    """The task's held-out problems, with a note where a small file holds out fewer than
+    task.eval_size (eval's accuracy then moves in coarse steps)."""
+    problems = task.eval_problems()
+    if len(problems) < eval_size:
+        display.message(
+            f"[yellow]task.eval_size = {eval_size}, but the task holds out only {len(problems)} "
+            f"problems; eval scores those, so its accuracy moves in steps of 1/{len(problems)}"
+        )
+    return problems
+
+
+def compared(base: dict[str, float], final: dict[str, float]) -> list[tuple[str, str, str]]:
+    """(metric, base, final) rows of the run's summary table: every eval metric both hold."""
+    return [
+        (k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final[k]:.3f}")
+        for k in final
+        if k in base and not k.startswith("time/")
+    ]
+
+
 def evaluate(runner: EpisodeRunner, problems: list[Problem], k: int, seed: int) -> dict[str, float]:
     greedy = runner.collect(
         problems, 1, (seed, EVAL_STREAM, 0), replace(runner.params, temperature=0.0)

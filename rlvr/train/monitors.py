@@ -49,3 +49,16 @@ class Monitors:
             if self.streaks[index] == rule.steps:
                 fired.append(Firing(rule, float(value)))
         return fired
+
+    def act(self, metrics: dict[str, float], step: int, say, scale_lr) -> Firing | None:
+        """Observe step `step`'s metrics: mark and announce each rule that fires, lower the
+        learning rate (`scale_lr`) where one says so; the firing that stops the run, if any."""
+        stop = None
+        for firing in self.observe(metrics):
+            metrics[f"monitor/{firing.rule.name}"] = 1.0
+            say(f"[yellow]step {step}: {firing.message}")
+            if firing.rule.action == "lower_lr":
+                scale_lr(firing.rule.factor)
+            if firing.rule.action == "stop":
+                stop = firing
+        return stop

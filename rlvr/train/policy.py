@@ -11,7 +11,7 @@ import torch
 
 from rlvr.config import Config
 from rlvr.models.loading import load_model, resolve_device
-from rlvr.models.lora import apply_lora, check_targets_early
+from rlvr.models.lora import apply_lora, check_targets_early, is_lora, save_final
 from rlvr.train.display import Display
 from rlvr.train.prompt_fit import fit_prompts
 from rlvr.train.warmstart import ensure_warm_start, held_out_summary, warm_start_path
@@ -51,3 +51,13 @@ def load_policy(cfg: Config, components, display: Display):
     if m.lora.r > 0:  # the loaded weights freeze; only the adapters train
         model = apply_lora(model, m.lora)
     return model.to(resolve_device(m.device)), tokenizer
+
+
+def save_policy(model, tokenizer, directory: Path) -> None:
+    """The trained policy as a Hugging Face model directory; under LoRA the merged weights, plus
+    the adapter alone in directory/adapter."""
+    if is_lora(model):
+        save_final(model, tokenizer, directory)
+    else:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)

@@ -15,8 +15,10 @@ from rlvr.config import Config
 from rlvr.models.logprobs import autocast
 from rlvr.rollout.tree import segment_tensors
 from rlvr.train.batching import with_side_rows
+from rlvr.train.critic import Critic
 from rlvr.train.hooks import Methods, Step
 from rlvr.train.profile import timed
+from rlvr.train.reference import ReferencePolicy
 from rlvr.train.update import UpdateInputs, batch_logprobs
 from rlvr.types import Batch, Trajectory
 
@@ -56,6 +58,21 @@ class UpdatePreparer:
         self.cfg, self.model, self.pad_id, self.components = cfg, model, pad_id, components
         self.reference, self.critic = reference, critic
         self.kl_coef, self.reward_baseline = kl_coef, reward_baseline
+
+    @classmethod
+    def for_run(cls, cfg: Config, model, pad_id: int, components) -> UpdatePreparer:
+        """With a frozen reference where a KL term or the estimator reads one (soft Q-learning
+        reads Q and V off the logits relative to the reference's) and a critic where the
+        estimator reads values."""
+        requires, a = components.requires, cfg.algo
+        wants_reference = components.kl is not None or {"ref_logprobs", "ref_normaliser"} & requires
+        return cls(
+            cfg, model, pad_id, components,
+            ReferencePolicy(model) if wants_reference else None,
+            Critic(model, cfg) if "values" in requires else None,
+            AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon),
+            RunningMean(a.baseline_decay),  # for estimators needing reward_mean
+        )  # fmt: skip
 
     @property
     def methods(self) -> Methods:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from rlvr.models.shared_prefix import Prompts, worth_sharing
+from rlvr.models.shared_prefix import Prompts, batch_prompts, worth_sharing
 from rlvr.train.batching import by_length
 from rlvr.types import Batch, Trajectory
 
@@ -229,3 +229,28 @@ def cost_model(step: dict[str, float], epochs: int, critic_updates: int) -> list
         ("GRPO + KL reference", critic_free + p),
         ("PPO (critic + reference)", actor_critic),
     ]
+
+
+def step_profile(shape: ModelShape, cfg, step, data, result, critic: bool) -> dict[str, float]:
+    """Tokens per second generated and trained this step, the FLOPs of each of its phases, and
+    the share of the machine's peak each achieved. `data` holds the rows the update ran on (all
+    but `result.trained`'s skipped ones), `critic` whether a critic ran."""
+    algo, batch, timings = cfg.algo, data.batch, step.timings
+    trained = torch.arange(len(batch)) if result.trained is None else result.trained
+    generated = float(sum(t.num_generated for t in step.trajectories))
+    seen = float(batch.attention_mask[trained].sum())
+    rates = {
+        "tokens_per_sec/generate": generated / max(timings["time/generate"], 1e-9),
+        "tokens_per_sec/train": seen * algo.ppo_epochs / max(timings["time/update"], 1e-9),
+    }
+    passes = {
+        "old_logprobs": float(data.old_logprobs is not None),
+        "ref_logprobs": float(data.ref_logprobs is not None),
+        "values": float(critic),
+        "update": 3.0 * algo.ppo_epochs * bool(result.metrics),
+        "critic": 3.0 * algo.critic_updates * algo.ppo_epochs * critic,
+    }
+    prompts = batch_prompts(batch, cfg.train.share_prompt)
+    micro = cfg.train.micro_batch_size
+    flops = step_flops(shape, step.trajectories, batch, micro, passes, prompts, trained)
+    return {**rates, **flops, **utilisation({**flops, **timings}, peak_flops())}

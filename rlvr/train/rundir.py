@@ -18,7 +18,7 @@ import rlvr
 from rlvr.analysis.page import run_page
 from rlvr.analysis.report import plot_run
 from rlvr.config import Config, ConfigError, build_config, dump_config
-from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints
+from rlvr.train.checkpoint import checkpoint_step, complete_checkpoints, remove_incomplete
 
 
 class RunDirError(RuntimeError):
@@ -48,6 +48,18 @@ class RunDir:
             )
         return run
 
+    @classmethod
+    def open(cls, cfg: Config, resume: Path | None) -> RunDir:
+        """The directory of the run `resume` names, or a new run's; refused before any work
+        when it cannot be written."""
+        run = cls(resume) if resume else cls.for_config(cfg)
+        run.check_writable(
+            f"make {resume} writable, or copy it somewhere writable and resume the copy"
+            if resume
+            else "set log.run_dir to a writable directory, e.g. log.run_dir=/tmp/runs"
+        )
+        return run
+
     def check_writable(self, fix: str) -> None:
         """Fail before any work when the run cannot write its directory (read-only, no rights)."""
         target = self.path
@@ -62,11 +74,18 @@ class RunDir:
                 f"({e.strerror}); fix: {fix}"
             ) from e
 
-    def start(self, cfg: Config) -> None:
+    def start(self, cfg: Config, resumed: bool = False) -> str | None:
+        """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
+        disk during the first save), which leaves nothing to resume from: then a note says so."""
+        removed = remove_incomplete(self.checkpoints)
         self.path.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(dump_config(cfg))
         self.metrics_file.write_text("")
         self.reward_errors.unlink(missing_ok=True)
+        if not (resumed or removed):
+            return None
+        cut = f" (removed {len(removed)} cut short by a kill or full disk)" if removed else ""
+        return f"[yellow]{self.path} has no complete checkpoint{cut}; starting the run from scratch"
 
     def finished(self, steps: int) -> bool:
         """Whether the run finished after `steps` steps: its summary, the last write, says so and

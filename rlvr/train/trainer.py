@@ -12,14 +12,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algos.advantages import RunningMean
-from rlvr.algos.kl import AdaptiveKLCoef
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, dump_config
-from rlvr.models.lora import (
-    is_lora,
-    save_final,
-)
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
     Restored,
@@ -29,9 +23,8 @@ from rlvr.train.checkpoint import (
     remove_incomplete,
     save_checkpoint,
 )
-from rlvr.train.critic import Critic
 from rlvr.train.display import Display
-from rlvr.train.evaluate import difficulty, evaluate
+from rlvr.train.evaluate import compared, difficulty, evaluate, held_out
 from rlvr.train.faults import (
     RewardErrors,
     TrainingInterrupted,
@@ -44,18 +37,13 @@ from rlvr.train.hooks import Run, Step
 from rlvr.train.loggers import Trackers, check_installed
 from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
-from rlvr.train.policy import load_policy, policy_path, seed_everything
+from rlvr.train.policy import load_policy, policy_path, save_policy, seed_everything
 from rlvr.train.prepare import UpdatePreparer
-from rlvr.train.profile import ModelShape, peak_flops, step_flops, timed, utilisation
-from rlvr.train.reference import ReferencePolicy
+from rlvr.train.profile import ModelShape, peak_flops, step_profile, timed
 from rlvr.train.rundir import RunDir, RunDirError
 from rlvr.train.sampling import GroupSampler, Sampled
-from rlvr.train.setup import (
-    build_components,
-    build_rollout_source,
-    build_update_group,
-)
-from rlvr.train.update import UpdateInputs, UpdateResult, batch_prompts
+from rlvr.train.setup import build_components, build_rollout_source, build_update_group
+from rlvr.train.update import UpdateInputs, UpdateResult
 from rlvr.types import Batch, Trajectory
 
 
@@ -77,55 +65,36 @@ class Trainer:
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         check_installed(cfg)  # a tracker in log.report_to that is missing, before any work
         self.display = Display(cfg.log.quiet)
-        self.run_dir = RunDir(resume) if resume else RunDir.for_config(cfg)
-        self.run_dir.check_writable(
-            f"make {resume} writable, or copy it somewhere writable and resume the copy"
-            if resume
-            else "set log.run_dir to a writable directory, e.g. log.run_dir=/tmp/runs"
-        )
+        self.run_dir = RunDir.open(cfg, resume)
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = policy or load_policy(cfg, self.components, self.display)
         self.shape = ModelShape.of(self.model)
         peak_flops()  # measured once per process, here at start-up rather than inside a step
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
-        model_path = policy_path(cfg, self.components.task)
-        a, kl = cfg.algo, self.components.kl
-        # soft Q-learning reads Q and V off the logits relative to the reference's
-        wants_reference = bool({"ref_logprobs", "ref_normaliser"} & self.components.requires)
-        needs_reference = kl is not None or wants_reference
-        self.reference = ReferencePolicy(self.model) if needs_reference else None
-        self.kl_coef = AdaptiveKLCoef(a.kl_coef, a.kl_target, a.kl_horizon)
-        self.reward_baseline = RunningMean(a.baseline_decay)  # for estimators needing reward_mean
-        self.critic = Critic(self.model, cfg) if "values" in self.components.requires else None
-        self.preparer = UpdatePreparer(
-            cfg, self.model, self.tokenizer.pad_token_id, self.components, self.reference,
-            self.critic, self.kl_coef, self.reward_baseline,
-        )  # fmt: skip
+        self.preparer = UpdatePreparer.for_run(
+            cfg, self.model, self.tokenizer.pad_token_id, self.components
+        )
+        p = self.preparer  # what the step's preparation reads, and the checkpoint keeps
+        self.reference, self.critic = p.reference, p.critic
+        self.kl_coef, self.reward_baseline = p.kl_coef, p.reward_baseline
         self.canary = HackingMonitor()
         self.monitors = Monitors(cfg.train.monitors)
         self.update_rng = torch.Generator().manual_seed(cfg.train.seed)
-        self.eval_problems = self.components.task.eval_problems()
-        if len(self.eval_problems) < cfg.task.eval_size:  # a small file's held-out share
-            self.display.message(
-                f"[yellow]task.eval_size = {cfg.task.eval_size}, but the task holds out only "
-                f"{len(self.eval_problems)} problems; eval scores those, so its accuracy moves in "
-                f"steps of 1/{len(self.eval_problems)}"
-            )
+        self.eval_problems = held_out(self.components.task, cfg.task.eval_size, self.display)
         self.reward_errors = RewardErrors(self.run_dir.reward_errors, self.display)
-        self.state = {
-            "step": 0,
-            "cursor": 0,
-            "bad_steps": 0,
-            "base_eval": None,
-            "elapsed": 0.0,
-            "hash": cfg.hash(),
-        }
+        self.state = dict(step=0, cursor=0, bad_steps=0, base_eval=None, elapsed=0.0)
+        self.state["hash"] = cfg.hash()
         restored = None
         if resume and complete_checkpoints(self.run_dir.checkpoints):
             restored = self._resume(resume_step)
-        else:
-            self._start(resumed=resume is not None)
-        in_flight = self.state.pop("in_flight", {})  # batches sampled ahead of the checkpoint
+        elif note := self.run_dir.start(cfg, resumed=resume is not None):
+            self.display.message(note)
+        self.connect(policy_path(cfg, self.components.task), restored)
+
+    def connect(self, model_path: str, restored: Restored | None) -> None:
+        """The rollout source, the update group, the methods and the trackers, wired to the
+        policy as loaded or restored."""
+        cfg, in_flight = self.cfg, self.state.pop("in_flight", {})  # sampled ahead of a checkpoint
         self.source = build_rollout_source(
             cfg, self.model, self.tokenizer, self.components, model_path
         )
@@ -155,18 +124,6 @@ class Trainer:
             self.updater.close()
             self.source.close()
             raise
-
-    def _start(self, resumed: bool) -> None:
-        """A fresh start; also of a run whose every checkpoint was cut short (a kill or a full
-        disk during the first save), which leaves nothing to resume from."""
-        removed = remove_incomplete(self.run_dir.checkpoints)
-        self.run_dir.start(self.cfg)
-        if resumed or removed:
-            self.display.message(
-                f"[yellow]{self.run_dir.path} has no complete checkpoint"
-                + (f" (removed {len(removed)} cut short by a kill or full disk)" if removed else "")
-                + "; starting the run from scratch"
-            )
 
     def _resume(self, at_step: int | None) -> Restored:
         """Restore the policy, the RNGs and the trainer state; what the update group takes
@@ -338,14 +295,7 @@ class Trainer:
             metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
-        generated = float(sum(t.num_generated for t in trajectories))
-        trained = torch.arange(len(data.batch)) if result.trained is None else result.trained
-        seen = float(data.batch.attention_mask[trained].sum())
-        metrics["tokens_per_sec/generate"] = generated / max(timings["time/generate"], 1e-9)
-        metrics["tokens_per_sec/train"] = (
-            seen * cfg.algo.ppo_epochs / max(timings["time/update"], 1e-9)
-        )
-        metrics.update(self.profile(trajectories, data, result, timings, trained))
+        metrics.update(step_profile(self.shape, cfg, step, data, result, self.critic is not None))
         if cfg.log.samples_per_step:
             n = cfg.log.samples_per_step
             self.run_dir.log_samples(sample_records(
@@ -354,22 +304,6 @@ class Trainer:
             ))  # fmt: skip
         metrics["time/metrics"] = time.perf_counter() - metrics_start
         return metrics
-
-    def profile(self, trajectories, data: UpdateInputs, result, timings, trained) -> dict:
-        """FLOPs of each phase of this step, and the share of the machine's peak each achieved;
-        `trained`: the rows the update ran on."""
-        algo, batch = self.cfg.algo, data.batch
-        passes = {
-            "old_logprobs": float(data.old_logprobs is not None),
-            "ref_logprobs": float(data.ref_logprobs is not None),
-            "values": float(self.critic is not None),
-            "update": 3.0 * algo.ppo_epochs * bool(result.metrics),
-            "critic": 3.0 * algo.critic_updates * algo.ppo_epochs * (self.critic is not None),
-        }
-        prompts = batch_prompts(batch, self.cfg.train.share_prompt)
-        micro = self.cfg.train.micro_batch_size
-        flops = step_flops(self.shape, trajectories, batch, micro, passes, prompts, trained)
-        return {**flops, **utilisation({**flops, **timings}, peak_flops())}
 
     def rollout(
         self, timings: dict[str, float]
@@ -445,14 +379,9 @@ class Trainer:
             self.canary.observe_eval(metrics["eval/accuracy"])
         for warning in self.canary.new_warnings(metrics):
             self.display.message(f"[yellow]step {self.state['step']}: {warning}")
-        stop = None
-        for firing in self.monitors.observe(metrics):
-            metrics[f"monitor/{firing.rule.name}"] = 1.0
-            self.display.message(f"[yellow]step {self.state['step']}: {firing.message}")
-            if firing.rule.action == "lower_lr":
-                self.updater.scale_lr(firing.rule.factor)
-            if firing.rule.action == "stop":
-                stop = firing
+        stop = self.monitors.act(
+            metrics, self.state["step"], self.display.message, self.updater.scale_lr
+        )
         self.state["elapsed"] = time.perf_counter() - self.started
         self.log({"step": self.state["step"], **metrics})
         if self.due(cfg.train.save_every):
@@ -511,17 +440,8 @@ class Trainer:
         if self.run_dir.finished(self.state["step"]):
             self.display.message(self.run_dir.finished_note())
             return self.run_dir.read_summary()
-        if is_lora(self.model):  # merged weights, plus the adapter alone in final/adapter
-            save_final(self.model, self.tokenizer, self.run_dir.final)
-        else:
-            self.model.save_pretrained(self.run_dir.final)
-            self.tokenizer.save_pretrained(self.run_dir.final)
+        save_policy(self.model, self.tokenizer, self.run_dir.final)
         summary = self.run_dir.write_summary(self.state, self.cfg.hash(), self.cfg.log.report)
-        base, final_eval = self.state["base_eval"], self.state["final_eval"]
-        rows = [
-            (k.removeprefix("eval/"), f"{base[k]:.3f}", f"{final_eval[k]:.3f}")
-            for k in final_eval
-            if k in base and not k.startswith("time/")
-        ]
+        rows = compared(self.state["base_eval"], self.state["final_eval"])
         self.display.summary(f"{self.run_dir.path}  ({summary['wall_seconds']:.0f} s)", rows)
         return summary

@@ -21,7 +21,7 @@ from rlvr.algos.losses import AGGREGATIONS, LossInputs
 from rlvr.config import AlgoConfig, Config
 from rlvr.models.logprobs import Gather, LogNormaliser, autocast, token_logprobs
 from rlvr.models.lora import trainable_state_dict
-from rlvr.models.shared_prefix import Prompts, find_prompts, worth_sharing
+from rlvr.models.shared_prefix import Prompts, batch_prompts, worth_sharing
 from rlvr.train.batching import by_length
 from rlvr.train.data_parallel import SINGLE, DataParallel
 from rlvr.types import Batch
@@ -72,13 +72,6 @@ def micro_logprobs(
     if prompts is not None and worth_sharing(prompts, rows):
         stats["prompts"] = Prompts(prompts.unit[rows], prompts.length[rows])
     return token_logprobs(model, input_ids, attention, temperature, **stats)
-
-
-def batch_prompts(batch: Batch, share_prompt: bool) -> Prompts | None:
-    """The batch's shared prompts when train.share_prompt is on."""
-    if not share_prompt:
-        return None
-    return find_prompts(batch.input_ids, batch.attention_mask, batch.loss_mask)
 
 
 @torch.no_grad()

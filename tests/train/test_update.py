@@ -363,11 +363,13 @@ def test_an_all_inert_minibatch_still_takes_its_adam_step(tiny_model, tokenizer)
 def test_rows_are_not_skipped_where_another_term_reads_them(tiny_model, tokenizer, case):
     from rlvr.algos.kl import k3
     from rlvr.algos.losses import LOSSES
+    from rlvr.registry import bind_params
 
+    dro = bind_params(LOSSES["dro"], LOSSES["dro"].Params())
     kw = {
         "entropy_bonus": dict(overrides=["algo.entropy_coef=0.01"]),
         "kl_in_loss": dict(kl_fn=k3),
-        "loss_not_advantage_weighted": dict(loss=LOSSES["dro"]),
+        "loss_not_advantage_weighted": dict(loss=dro),
         "switched_off": dict(overrides=["train.skip_zero_advantage=false"]),
     }[case]
     _, result, rows = skip_update(tiny_model, tokenizer, HALF_INERT, **kw)
