@@ -27,9 +27,9 @@ BAND = (0.10, 0.30)
 def measure(path: str, k: int, overrides: list[str]) -> dict:
     from rlvr.config import load_config
     from rlvr.rollout.build import make_runner
+    from rlvr.train.components import build_components
     from rlvr.train.display import Display
     from rlvr.train.evaluate import evaluate
-    from rlvr.train.setup import build_components
     from rlvr.train.trainer import load_policy
     from rlvr.train.warmstart import warm_start_path
 

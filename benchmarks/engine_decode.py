@@ -27,8 +27,8 @@ import transformers
 from rlvr.config import load_config
 from rlvr.rollout import HFEngine, SamplingParams, hf_engine
 from rlvr.rollout.tokens import encode_prompt
+from rlvr.train.components import build_components
 from rlvr.train.display import Display
-from rlvr.train.setup import build_components
 from rlvr.train.trainer import load_policy
 
 

@@ -62,9 +62,9 @@ def cpu_model() -> str:
 
 def shared_setup(overrides: list[str]):
     from rlvr.config import load_config
+    from rlvr.train.components import build_components
     from rlvr.train.display import Display
     from rlvr.train.policy import load_policy
-    from rlvr.train.setup import build_components
 
     cfg = load_config(None, [*overrides, "log.quiet=true"])
     components = build_components(cfg)

@@ -70,8 +70,8 @@ def load_for_eval(
     """`model` with its run's config (a run directory or its final/) or with `task`'s."""
     from rlvr.models.loading import load_model, resolve_device
     from rlvr.rollout.build import build_engine, make_runner
+    from rlvr.train.components import build_components
     from rlvr.train.prompt_fit import fit_prompts
-    from rlvr.train.setup import build_components
 
     model_path, run = str(model), run_of(Path(model))
     named = [f"task.name={task}"] if task else []

@@ -66,9 +66,9 @@ def cmd_train(args) -> None:
 
 
 def cmd_pretrain(args) -> None:
+    from rlvr.train.components import build_components
     from rlvr.train.display import Display
     from rlvr.train.policy import load_policy
-    from rlvr.train.setup import build_components
     from rlvr.train.warmstart import warm_start_path
 
     cfg = _config(args.config, [f"task.name={args.task}", *args.overrides], args.quiet)

@@ -2,7 +2,7 @@ import pytest
 
 from rlvr.algos.kl import k3
 from rlvr.config import RENAMED, Config, ConfigError, dump_config, load_config
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 
 
 def test_defaults_validate():

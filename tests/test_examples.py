@@ -8,7 +8,7 @@ from rlvr.config import config_reference, load_config
 from rlvr.methods import METHODS
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from filelock import FileLock
 
 from rlvr.api import run
 from rlvr.config import load_config
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "tests" / "records" / "examples.json"

@@ -43,7 +43,7 @@ from rlvr.analysis.target_mass import target_mass
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.rollout.build import make_runner
-from rlvr.train.setup import build_components, build_task
+from rlvr.train.components import build_components, build_task
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start, supervised_train
 

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from rlvr.config import load_config
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.warmstart import ensure_warm_start
 
 from runs import report, train_arm

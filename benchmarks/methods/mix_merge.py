@@ -28,8 +28,8 @@ from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.models.merging import MERGES, MergeSettings, merge_checkpoints
 from rlvr.rollout.build import make_runner
+from rlvr.train.components import build_components
 from rlvr.train.evaluate import evaluate
-from rlvr.train.setup import build_components
 
 from runs import report, train_arm, warm_start
 

@@ -34,7 +34,7 @@ from rlvr.rewards import REWARDS
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.parallel import counter_for, generate_parallel, trace_stats
 from rlvr.rollout.tokens import encode_prompt
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 
 from runs import report, run_all, sample_texts, train_arm, warm_start
 

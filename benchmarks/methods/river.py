@@ -44,7 +44,7 @@ from rlvr.rewards.match import numeric_match
 from rlvr.tasks.arithmetic import SOLVERS, ArithmeticTask
 from rlvr.tasks.base import seeded_rng
 from rlvr.tasks.guess_number import GuessNumberTask
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start
 from rlvr.types import Message, Problem, Score

@@ -16,7 +16,7 @@ from machine import machine
 from rlvr.config import load_config
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.tokens import encode_prompt
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import ensure_warm_start
 

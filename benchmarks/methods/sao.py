@@ -31,7 +31,7 @@ from machine import machine
 
 from rlvr.algos.advantages import AdvInputs, grpo
 from rlvr.config import AlgoConfig, ConfigError, load_config
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 THRESHOLD = 0.9

@@ -21,8 +21,8 @@ from pathlib import Path
 from rlvr.config import load_config
 from rlvr.models.loading import load_model
 from rlvr.rollout.build import make_runner
+from rlvr.train.components import build_components
 from rlvr.train.evaluate import evaluate
-from rlvr.train.setup import build_components
 
 from runs import report, run_all, train_arm, warm_start
 

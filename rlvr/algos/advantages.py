@@ -4,7 +4,7 @@ Estimators that compare completions of one prompt set `fn.min_group_size`; those
 optional AdvInputs field list it in `fn.requires` (the trainer checks both before a run). An
 estimator with settings of its own declares them as `fn.Params` (a FnParams model) and takes
 them as the keyword `params`: the run's algo.advantage_params, validated and bound before any
-work (rlvr/train/setup.py), so the loop still calls fn(inputs, algo).
+work (rlvr/train/components.py), so the loop still calls fn(inputs, algo).
 """
 
 from __future__ import annotations

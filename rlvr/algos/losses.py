@@ -2,7 +2,7 @@
 
 A loss with settings of its own declares them as `fn.Params` (a FnParams model) and takes them
 as the keyword `params`: the run's algo.loss_params, validated and bound before any work
-(rlvr/train/setup.py), so the update still calls fn(inputs, algo).
+(rlvr/train/components.py), so the update still calls fn(inputs, algo).
 
 Every loss builds a per-token term [B, T] and reduces it with AGGREGATIONS[algo.loss_agg]. The
 trainer calls a loss once per micro-batch (a subset of the minibatch's rows) with the normalisers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlvr.config import Config
 from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.local import InProcessRollout, LocalUpdate
+from rlvr.registry import lookup
 from rlvr.rollout.build import build_engine, make_runner, sampling_params
 from rlvr.rollout.replay import ReplayEngine
 
@@ -60,3 +61,19 @@ class Ray:
 
 
 BACKENDS = {"local": Local, "ray": Ray}
+
+
+def build_rollout_source(
+    cfg: Config, model, tokenizer, components, model_path: str
+) -> RolloutSource:
+    """Where samples come from: the rollout source of distributed.backend (BACKENDS)."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.source(cfg, model, tokenizer, components, model_path)
+
+
+def build_update_group(
+    cfg: Config, tokenizer, model_path: str, source: RolloutSource, model
+) -> UpdateGroup:
+    """Who runs the policy update of `model` and holds its optimizer, by distributed.backend."""
+    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
+    return backend.update_group(cfg, tokenizer, model_path, source, model)

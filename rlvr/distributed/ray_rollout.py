@@ -81,7 +81,7 @@ class RolloutWorker:
 
     def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str):
         from rlvr.rollout.build import build_engine, make_runner
-        from rlvr.train.setup import build_components
+        from rlvr.train.components import build_components
 
         torch.set_num_threads(cfg.distributed.torch_threads)
         components = build_components(cfg)

@@ -51,7 +51,7 @@ class TrainerRankError(RuntimeError):
 
 def build_replica(cfg: Config, tokenizer: PreTrainedTokenizerBase, model_path: str):
     """The policy and the loss functions, as rank 0 builds them."""
-    from rlvr.train.setup import build_components
+    from rlvr.train.components import build_components
 
     m, components = cfg.model, build_components(cfg)
     model, _ = load_model(model_path, m.dtype, m.trust_remote_code, tokenizer)

@@ -12,10 +12,10 @@ from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, agreement_rewards, answer_reader, majority_vote
 from rlvr.tasks.paraphrase import Paraphrased
+from rlvr.train.components import build_components
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.policy import policy_path
-from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Trajectory
 

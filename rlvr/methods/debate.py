@@ -15,11 +15,11 @@ from rlvr.config import Config, ConfigError, build_config, set_dotted
 from rlvr.models.lora import add_adapter, is_lora, use_adapter
 from rlvr.rewards.peer import ANSWER_KEYS, answer_reader
 from rlvr.rollout.critique import critic_problem, shown_text
+from rlvr.train.components import build_components
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.hooks import Method
 from rlvr.train.sampling import Sampled
-from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 

@@ -208,7 +208,7 @@ class RFPO(Method):
     @classmethod
     def check(cls, params: Params, cfg, task) -> None:
         a = cfg.algo
-        # gae's settings were validated before any method is built (train/setup.py)
+        # gae's settings were validated before any method is built (train/components.py)
         fixed = a.advantage == "gae" and GaeParams(**a.advantage_params).lam_mode == "fixed"
         if not fixed or a.gamma != 1 or a.lam != 1:
             raise ConfigError(

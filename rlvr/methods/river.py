@@ -21,8 +21,8 @@ from rlvr.registry import load_object
 from rlvr.rollout.build import env_factory, make_runner
 from rlvr.rollout.runner import safe_step
 from rlvr.tasks.base import EpochOrder, Task
+from rlvr.train.components import Components
 from rlvr.train.hooks import Method, MethodParams, Run, Step
-from rlvr.train.setup import Components
 from rlvr.types import Message, Problem, Trajectory
 
 FILTER_STREAM = 2  # sampling seeds apart from training's (0) and eval's (1)

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from rlvr.config import Config, ConfigError, build_config
+from rlvr.train.components import build_components
 from rlvr.train.display import Display
 from rlvr.train.group import TrainerGroup
 from rlvr.train.policy import policy_path
-from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Trajectory
 

@@ -32,7 +32,7 @@ class Run:
     cfg: Config
     model: Any
     tokenizer: Any
-    components: Any  # train.setup.Components: a method may swap its task (River's screen)
+    components: Any  # train.components.Components: a method may swap its task (River's screen)
     source: Any  # the RolloutSource; its `evaluator` samples the policy alone
     updater: Any  # the UpdateGroup; its `optimizer` steps the policy
     critic: Any  # train.critic.Critic, or None without a critic

@@ -14,6 +14,7 @@ import torch
 
 from rlvr.algos.shaping import overlong_penalty, time_rewards
 from rlvr.config import Config, dump_config
+from rlvr.distributed.backends import build_rollout_source, build_update_group
 from rlvr.train.canary import HackingMonitor
 from rlvr.train.checkpoint import (
     Restored,
@@ -23,6 +24,7 @@ from rlvr.train.checkpoint import (
     remove_incomplete,
     save_checkpoint,
 )
+from rlvr.train.components import build_components
 from rlvr.train.display import Display
 from rlvr.train.evaluate import compared, difficulty, evaluate, held_out
 from rlvr.train.faults import (
@@ -42,7 +44,6 @@ from rlvr.train.prepare import UpdatePreparer
 from rlvr.train.profile import ModelShape, peak_flops, step_profile, timed
 from rlvr.train.rundir import RunDir, RunDirError
 from rlvr.train.sampling import GroupSampler, Sampled
-from rlvr.train.setup import build_components, build_rollout_source, build_update_group
 from rlvr.train.update import UpdateInputs, UpdateResult
 from rlvr.types import Batch, Trajectory
 

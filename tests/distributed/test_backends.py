@@ -4,11 +4,11 @@ distributed/base.py."""
 import pytest
 
 from rlvr.config import load_config
-from rlvr.distributed.backends import Ray
+from rlvr.distributed.backends import Ray, build_rollout_source, build_update_group
 from rlvr.distributed.base import UpdateGroup
 from rlvr.distributed.local import InProcessRollout, LocalUpdate
 from rlvr.distributed.ray_trainer import RayUpdateGroup
-from rlvr.train.setup import build_components, build_rollout_source, build_update_group
+from rlvr.train.components import build_components
 
 SEAM = [name for name, value in vars(UpdateGroup).items() if callable(value) and name[0] != "_"]
 

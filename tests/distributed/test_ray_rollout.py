@@ -13,7 +13,7 @@ from rlvr.distributed.local import InProcessRollout
 from rlvr.distributed.ray_rollout import RayRollout, RolloutTimeoutError
 from rlvr.rollout import HFEngine
 from rlvr.rollout.build import make_runner, sampling_params
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 # One worker runs every test of the digits=2 warm start (this, the e2e runs), so it is built

@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.rollout.weight_noise import WeightNoise
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 

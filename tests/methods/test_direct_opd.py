@@ -7,7 +7,7 @@ import torch
 from rlvr.config import ConfigError, load_config
 from rlvr.methods.direct_opd import expected_implicit_reward, implicit_rewards
 from rlvr.models.tiny import build_model, build_tokenizer
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 KEY = "methods.direct_opd"

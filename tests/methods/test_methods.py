@@ -8,7 +8,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.methods import METHODS
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"

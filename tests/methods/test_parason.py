@@ -7,7 +7,7 @@ import torch
 
 from rlvr.config import ConfigError, load_config
 from rlvr.rollout.engine import Completion
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 
 # product_sum's tokenizer spells each tag as one token and every other character as one

@@ -17,7 +17,7 @@ from rlvr.methods.poise import (
     rollout_features,
 )
 from rlvr.rewards import REWARDS
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import batch_logprobs
 from rlvr.types import Batch, Problem, Score, Trajectory

@@ -18,7 +18,7 @@ from rlvr.methods.rfpo import (
     separation,
 )
 from rlvr.rewards import REWARDS
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Score
 

@@ -8,7 +8,7 @@ import torch
 from rlvr.config import ConfigError, load_config
 from rlvr.methods.rgpo import Guidance, kept_revisions, on_original_prompt
 from rlvr.rewards import REWARDS
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.update import micro_logprobs
 from rlvr.types import Problem, Score, Trajectory

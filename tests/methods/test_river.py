@@ -27,7 +27,7 @@ from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import GuessNumberTask
 from rlvr.tasks.guess_number import GuessNumberParams
-from rlvr.train.setup import Components
+from rlvr.train.components import Components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Batch, Problem, Score, Trajectory
 

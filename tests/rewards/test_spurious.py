@@ -5,7 +5,7 @@ import pytest
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards import REWARDS
 from rlvr.rewards.spurious import RandomReward
-from rlvr.train.setup import build_rewards
+from rlvr.train.components import build_rewards
 from rlvr.types import Problem
 
 PROBLEM = Problem(id="p", prompt="?", answer="reward")

@@ -12,7 +12,7 @@ from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.branching import BranchingEngine, branch_metrics
 from rlvr.rollout.tokens import Conversation, encode_prompt
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 

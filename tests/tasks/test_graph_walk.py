@@ -4,7 +4,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.tasks.graph_walk import GraphWalkParams, GraphWalkTask, steps_followed, successors
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 from rlvr.types import Problem
 
 

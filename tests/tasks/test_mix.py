@@ -5,8 +5,8 @@ import pytest
 from rlvr.config import ConfigError, load_config
 from rlvr.tasks import TASKS
 from rlvr.tasks.mix import MixTask
+from rlvr.train.components import build_components, build_task
 from rlvr.train.metrics import domain_metrics
-from rlvr.train.setup import build_components, build_task
 from rlvr.train.trainer import Trainer
 from rlvr.types import Problem, Trajectory
 

@@ -4,7 +4,7 @@ import pytest
 
 from rlvr.config import ConfigError, load_config
 from rlvr.tasks.nested_levels import NestedLevelsParams, NestedLevelsTask, level_weights
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nested_levels.toml"
 

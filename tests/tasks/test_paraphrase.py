@@ -8,7 +8,7 @@ from rlvr.tasks.arithmetic import ArithmeticParams, ArithmeticTask
 from rlvr.tasks.jsonl import JsonlParams, JsonlTask
 from rlvr.tasks.paraphrase import Paraphrased
 from rlvr.tasks.target_string import TargetStringParams, TargetStringTask
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 from rlvr.train.warmstart import warm_start_key
 
 

@@ -6,7 +6,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.tasks.reasoning_gym import INSTRUCTION, ReasoningGymParams, ReasoningGymTask
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 
 # One or two animals, a few of each: short prompts (the tiny model has 512 positions).
 LEGS = {"min_animals": 1, "max_animals": 2, "max_instances": 5}

@@ -6,7 +6,7 @@ from rlvr.models.loading import load_model
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.tasks.target_string import TargetStringParams, TargetStringTask
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 from rlvr.train.warmstart import ensure_warm_start
 
 

@@ -5,7 +5,7 @@ import pytest
 from rlvr.config import ConfigError, load_config
 from rlvr.models.tiny import build_tokenizer
 from rlvr.tasks.tree_search import TreeSearchParams, TreeSearchTask
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
 from rlvr.train.warmstart import sft_example
 from rlvr.types import Trajectory

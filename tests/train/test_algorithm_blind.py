@@ -55,11 +55,50 @@ def test_the_loop_names_no_method_and_reads_no_method_setting():
         path.name: hits for path in LOOP if (hits := named_algorithms(path.read_text(), names))
     }
     assert not offenders, f"the loop names methods: {offenders}"
-    # the wiring (setup.py) builds the chosen methods from their settings; nothing else reads them
-    readers = [p.name for p in LOOP if p.name != "setup.py" and "cfg.methods" in p.read_text()]
+    # the wiring (components.py) builds the chosen methods from their settings; nothing else does
+    readers = [p.name for p in LOOP if p.name != "components.py" and "cfg.methods" in p.read_text()]
     assert not readers, f"the loop reads methods' settings: {readers}"
 
 
 def test_the_check_catches_a_named_method():
     assert named_algorithms("from rlvr.methods.rfpo import RFPO\n", {"RFPO", "rfpo"}) == ["RFPO"]
     assert named_algorithms('if "rfpo" in chosen:\n    pass\n', {"rfpo"}) == ['"rfpo"']
+
+
+def test_the_loop_names_no_runner():
+    from rlvr.methods.runners import RUNNERS
+
+    names = {*RUNNERS, *(cls.__name__ for cls in RUNNERS.values())}
+    # the warm start still writes a debate critic's demonstrations in its layout
+    loop = [path for path in LOOP if path.name != "warmstart.py"]
+    offenders = {p.name: hits for p in loop if (hits := named_algorithms(p.read_text(), names))}
+    assert not offenders, f"the loop names runners: {offenders}"
+
+
+def shared_record_fields() -> dict[str, list[str]]:
+    from dataclasses import fields
+
+    from rlvr.algos.advantages import AdvInputs
+    from rlvr.rollout.engine import Completion
+    from rlvr.train.update import UpdateInputs
+    from rlvr.types import Batch, Trajectory
+
+    records = (Trajectory, Completion, Batch, AdvInputs, UpdateInputs)
+    return {record.__name__: [f.name for f in fields(record)] for record in records}
+
+
+def test_shared_records_carry_no_field_of_one_method_alone():
+    """Every field of a record the loop passes around is read outside rlvr/methods/ (by the loop
+    or a registered part), or by at least two methods."""
+    methods = sorted((RLVR / "methods").glob("*.py"))
+    elsewhere = [p for p in RLVR.rglob("*.py") if "methods" not in p.parts and p.name != "types.py"]
+    texts = {p: p.read_text() for p in [*methods, *elsewhere]}
+    lonely = []
+    for record, names in shared_record_fields().items():
+        for name in names:
+            uses = (f".{name}", f"{name}=", f'"{name}"')  # an attribute, a keyword, by name
+            readers = [p for p in texts if any(use in texts[p] for use in uses)]
+            by_methods = [p for p in readers if p in methods]
+            if len(by_methods) == len(readers) and len(by_methods) < 2:
+                lonely.append(f"{record}.{name}")
+    assert not lonely, f"fields only one method uses: {lonely}"

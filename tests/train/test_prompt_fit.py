@@ -5,8 +5,8 @@ import pytest
 from rlvr.config import ConfigError, load_config
 from rlvr.models.tiny import CONTEXT, build_model, build_tokenizer
 from rlvr.rollout.tokens import encode_prompt
+from rlvr.train.components import build_components
 from rlvr.train.prompt_fit import fit_prompts
-from rlvr.train.setup import build_components
 from rlvr.train.trainer import Trainer
 
 

@@ -9,7 +9,7 @@ import torch
 from rlvr.config import load_config
 from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train import warmstart
-from rlvr.train.setup import build_task
+from rlvr.train.components import build_task
 from rlvr.train.warmstart import (
     draw_critique,
     draw_hint,

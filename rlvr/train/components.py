@@ -1,4 +1,5 @@
-"""Resolve every name in a config to a component before any work, so mistakes fail fast."""
+"""Resolve every name in a config to a component (task, rewards, estimator, loss, KL, methods)
+before any work, so mistakes fail fast."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from rlvr.algos.advantages import ADVANTAGES, AdvantageFn
 from rlvr.algos.kl import KL_ESTIMATORS, KLFn
 from rlvr.algos.losses import AGGREGATIONS, LOSSES
 from rlvr.config import Config, ConfigError
-from rlvr.distributed.backends import BACKENDS
-from rlvr.distributed.base import RolloutSource, UpdateGroup
 from rlvr.distributed.ray_rollout import INSTALL as RAY_INSTALL
 from rlvr.models.loading import ModelNotFoundError
 from rlvr.registry import bind_params, fn_params, lookup, validate_params
@@ -278,19 +277,3 @@ def check_q_targets(
                 f"'{a.loss}' regresses on, and both read Q off the logits with {key}. Fix: set "
                 f"algo.advantage_params.{key} and algo.loss_params.{key} to the same value."
             )
-
-
-def build_rollout_source(
-    cfg: Config, model, tokenizer, components: Components, model_path: str
-) -> RolloutSource:
-    """Where samples come from: the rollout source of distributed.backend (BACKENDS)."""
-    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
-    return backend.source(cfg, model, tokenizer, components, model_path)
-
-
-def build_update_group(
-    cfg: Config, tokenizer, model_path: str, source: RolloutSource, model
-) -> UpdateGroup:
-    """Who runs the policy update of `model` and holds its optimizer, by distributed.backend."""
-    backend = lookup(BACKENDS, cfg.distributed.backend, "distributed.backend")
-    return backend.update_group(cfg, tokenizer, model_path, source, model)

@@ -13,7 +13,7 @@ from rlvr.algos.losses import LossInputs
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards.penalties import LengthPenalty
 from rlvr.rollout.build import build_engine
-from rlvr.train.setup import build_components
+from rlvr.train.components import build_components
 from rlvr.types import Problem
 
 
@@ -177,7 +177,7 @@ def test_an_estimators_or_losss_settings_fail_before_any_work_naming_the_key(
     def no_work(*args, **kwargs):
         raise AssertionError("a bad setting must fail before the task is built")
 
-    monkeypatch.setattr("rlvr.train.setup.build_task", no_work)
+    monkeypatch.setattr("rlvr.train.components.build_task", no_work)
     with pytest.raises(ConfigError, match=message):
         components(*overrides)
 
