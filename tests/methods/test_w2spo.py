@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError, load_config
+from rlvr.methods.w2spo import BranchingEngine, branch_metrics
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import build_model
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.branching import BranchingEngine, branch_metrics
 from rlvr.rollout.tokens import Conversation, encode_prompt
 from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
