@@ -49,8 +49,8 @@ class StepResult:
 
 @dataclass
 class SideRow:
-    """Tokens an episode sampled in a context other than its own token_ids (e.g. a Parason
-    thread dispatched blind to its siblings), trained as a sequence of their own with the
+    """Tokens an episode sampled in a context other than its own token_ids (e.g. a thread
+    dispatched blind to its siblings), trained as a sequence of their own with the
     episode's advantage: that context, then the tokens. Per-token fields are aligned with
     `token_ids`, as in a Trajectory."""
 

@@ -59,9 +59,9 @@ class Trainer:
         policy: tuple | None = None,
     ):
         """`resume` continues that run dir from its newest complete checkpoint, or from the one of
-        `resume_step` (a cohort resumes its members at the step all of them saved). `policy` =
-        (model, tokenizer) already loaded: a debate's critic trains its own adapter on the
-        generator's model."""
+        `resume_step` (a runner resumes its trainers at the step all of them saved). `policy` =
+        (model, tokenizer) already loaded: one of a runner's roles may train its own adapter on
+        another's model."""
         self.cfg = cfg
         self.components = build_components(cfg)  # every config mistake surfaces here, before work
         check_installed(cfg)  # a tracker in log.report_to that is missing, before any work
@@ -200,7 +200,7 @@ class Trainer:
         return self.learn(self.sample())
 
     def sample(self) -> Sampled:
-        """This step's scored groups; a cohort may rescore them before `learn`."""
+        """This step's scored groups; a runner may rescore them before `learn`."""
         timings: dict[str, float] = {}
         start = time.perf_counter()
         trajectories, baselines, sampling = self.rollout(timings)
@@ -409,7 +409,7 @@ class Trainer:
             self.save()
 
     def use_task(self, task) -> None:
-        """Train and evaluate on `task`'s problems (a cohort's members share one task)."""
+        """Train and evaluate on `task`'s problems (a runner's trainers may share one)."""
         self.components.task = task
         self.eval_problems = task.eval_problems()
 

@@ -87,8 +87,8 @@ def batch_logprobs(
 ) -> torch.Tensor:
     """Logprobs [B, T-1] of the whole batch without grad (old policy or reference); a given
     `sum_pi_squared` [B, T-1] receives sum_v pi_v^2 of each position from the same forward, a
-    given `normaliser` [B, T-1] each position's logsumexp, and `observers` (a method's, e.g. POISE's
-    probe) what each micro-batch's forward showed."""
+    given `normaliser` [B, T-1] each position's logsumexp, and `observers` (methods' probes of
+    the pass) what each micro-batch's forward showed."""
     out = torch.zeros_like(batch.loss_mask)
     # an observer reads the prompt's hidden states too, so that pass runs each row whole, unshared
     prompts = batch_prompts(batch, share_prompt and not observers)
@@ -120,7 +120,7 @@ def batch_logprobs(
 
 class LossTerm(Protocol):
     """A method's term of the loss beside the policy's, read off the update's own forward: the
-    logprobs of chosen tokens at every position, with their gradient (a teacher's top-k)."""
+    logprobs of chosen tokens at every position, with their gradient (an expectation over a few tokens)."""
 
     def gather_ids(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """[R, width, k] the token ids whose logprobs the term reads, for batch rows `rows`."""
@@ -151,9 +151,9 @@ class UpdateInputs:
     kl_coef: float = 0.0
     values: torch.Tensor | None = None  # [B, T-1] critic values the advantages were built on
     returns: torch.Tensor | None = None  # [B, T-1] the critic's targets
-    imitation: Imitation | None = None  # a method's supervised term (RGPO's rescued replies)
+    imitation: Imitation | None = None  # rows a method has the policy imitate
     terms: list[LossTerm] = field(default_factory=list)  # methods' terms of the loss
-    ref_normaliser: torch.Tensor | None = None  # [B, T-1] the reference's logsumexp (soft_q)
+    ref_normaliser: torch.Tensor | None = None  # [B, T-1] the reference's logsumexp
 
 
 def micro_batch_loss(
