@@ -38,8 +38,8 @@ class Params(MethodParams):
 
 
 class C3PO(Method):
-    """Samples each group's replies over weight draws of the posterior around the policy (the
-    in-process rollout's `noise`), set up once the optimizer exists."""
+    """3PO / C3PO (arXiv 2608.09805): each group's replies sampled over weight draws of a
+    posterior around the policy, trained through the sequence-level importance mask."""
 
     Params = Params
 

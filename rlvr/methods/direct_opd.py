@@ -121,8 +121,8 @@ class TopKDistillation:
 
 
 class DirectOPD(Method):
-    """Frozen teachers score the student's sampled tokens: their implicit reward joins each
-    token's reward, or (top_k) the loss as an exact expectation; the KL may key on its sign."""
+    """Direct-OPD (arXiv 2607.05394): frozen teachers' implicit reward on each sampled token
+    joins its reward, or (top_k) the loss as an exact expectation; the KL may key on its sign."""
 
     Params = Params
 

@@ -85,8 +85,8 @@ def parallel_shaping(
 
 
 class Parason(Method):
-    """The acceleration and structure bonus on correct replies (`reward_bonus`), and the
-    dispatching engine for training and eval alike (`engine`)."""
+    """Parason (arXiv 2608.24658): a bonus for correct replies whose threads shorten the
+    critical path, and parallel regions dispatched as blind sibling threads."""
 
     Params = Params
 

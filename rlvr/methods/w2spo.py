@@ -35,8 +35,8 @@ class Params(MethodParams):
 
 
 class W2SPO(Method):
-    """Wraps the training engine in weak branches (eval samples the policy alone) and logs how
-    branched and unbranched replies fare."""
+    """W2SPO (arXiv 2607.16205): a weaker model's short branches written into training replies,
+    which train on the inserted span alone (eval samples the policy alone)."""
 
     Params = Params
 
