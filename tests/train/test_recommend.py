@@ -8,7 +8,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.tasks import TASKS
 from rlvr.train.recommend import CLEAN_BASE_LR, apply_recommended, recommend
 
-README = Path(__file__).parents[2] / "README.md"
+SETTINGS = Path(__file__).parents[2] / "docs" / "settings.md"
 
 
 def test_the_default_run_is_left_as_it_is():
@@ -93,8 +93,8 @@ def test_the_api_applies_them_to_files_dicts_and_configs():
     assert _config(None, ("task.name=nim",)).rollout.max_new_tokens == 24
 
 
-def test_the_readme_table_lists_every_tasks_settings():
-    section = README.read_text().split("**Recommended settings.**")[1].split("```")[0]
+def test_the_settings_page_lists_every_tasks_settings():
+    section = SETTINGS.read_text().split("\n## Recommended settings\n")[1].split("```")[0]
     rows = dict(re.findall(r"^\| (`\w+`(?:, `\w+`)*) \| (.+) \|$", section, re.M))
     listed = {name.strip("`"): text for names, text in rows.items() for name in names.split(", ")}
     for name, task_cls in TASKS.items():
