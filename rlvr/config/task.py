@@ -36,8 +36,8 @@ class TaskConfig(BaseModel):
     reward_params: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="Settings of rewards that take them, by reward name, e.g. "
-        "{code = {all_or_nothing = true, limits = {wall_seconds = 5}}}; see each reward's keys "
-        "in the README.",
+        "{code = {all_or_nothing = true, limits = {wall_seconds = 5}}}; each reward's keys are in "
+        "docs/config.md (task.reward_params.code, task.reward_params.judge, ...).",
     )
     reward_timeout: float = Field(
         60.0,

@@ -47,7 +47,7 @@ class TrainConfig(Section):
         1e-4,
         gt=0,
         description="Peak learning rate of AdamW, tuned for the tiny model; left unset, `rlvr train` "
-        "gives a pretrained model 1e-6 (2e-5 with LoRA) and a task its tuned rate (README: "
+        "gives a pretrained model 1e-6 (2e-5 with LoRA) and a task its tuned rate (docs/settings.md: "
         "recommended settings).",
     )
     lr_schedule: Literal["constant", "cosine"] = Field(

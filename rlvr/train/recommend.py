@@ -20,7 +20,7 @@ PRETRAINED_LR = {"full": 1e-6, "lora": 2e-5}
 # The tiny model's default lr (1e-4) was tuned on warm starts with a planted mistake for RL to
 # flip. A clean warm start (model.pretrain_flawed_share = 0) knows the task's one procedure and
 # slips on its own; there 1e-4 collapsed Nim on two seeds of three and guess_number on one of
-# one, and 3e-5 did best on countdown (README, "Learning on the hard settings"). A task's own
+# one, and 3e-5 did best on countdown (docs/hard-settings.md). A task's own
 # tuned lr still wins.
 CLEAN_BASE_LR = 3e-5
 
