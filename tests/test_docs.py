@@ -1,13 +1,17 @@
 """The README and docs/ stay true: local links resolve, TOML blocks load as configs, every
-`rlvr` command line names a real command with valid keys, and Python blocks parse."""
+`rlvr` command line names a real command with valid keys, and Python blocks parse. The README
+stays a short front door, every docs page is reachable from docs/index.md, and every
+registered name is documented in docs/registry.md."""
 
 import ast
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from rlvr.catalog import CACHE
 from rlvr.cli import parser
 from rlvr.config import load_config
 
@@ -77,3 +81,28 @@ def test_command_lines_name_real_commands_and_keys(page):
 def test_python_blocks_parse(page):
     for block in blocks(page, "python"):
         ast.parse(block)
+
+
+def test_the_readme_stays_short():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_the_index_links_every_docs_page():
+    index = ROOT / "docs" / "index.md"
+    linked = {
+        target.partition("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", index.read_text())
+    }
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert sorted(pages - linked) == []
+
+
+def test_every_registered_name_is_documented():
+    registry = (ROOT / "docs" / "registry.md").read_text()
+    missing = [
+        f"{kind}: {name}"
+        for kind, names in json.loads(CACHE.read_text()).items()
+        for name in names
+        if f"`{name}`" not in registry
+    ]
+    assert missing == [], "add a line for each to docs/registry.md"
