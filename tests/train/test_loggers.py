@@ -4,6 +4,7 @@
 import glob
 import importlib.util
 import json
+import time
 
 import pytest
 
@@ -31,32 +32,47 @@ def test_a_missing_tracker_is_refused_with_its_install_line(monkeypatch):
         check_installed(load_config(None, ['log.report_to=["wandb"]']))
 
 
-def wandb_history(path: str) -> list[dict]:
-    """The history rows of an offline .wandb file: a LevelDB-format log (7-byte file header;
-    32 KiB blocks of records, each a 7-byte header of checksum, length and fragment type) of
-    wandb's own Record protobufs."""
+def wandb_history(path: str, timeout: float = 60.0) -> list[dict]:
+    """The history rows of an offline run's .wandb file, once it holds the run's exit record:
+    run.finish() can return before wandb's service has written the log out (under load the
+    last steps were seen to arrive seconds later; the process's exit waits for them)."""
+    deadline = time.monotonic() + timeout
+    rows, finished = wandb_log(path)
+    while not finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+        rows, finished = wandb_log(path)
+    return rows
+
+
+def wandb_log(path: str) -> tuple[list[dict], bool]:
+    """The history rows of a .wandb file, a LevelDB-format log (7-byte file header; 32 KiB
+    blocks of records, each a 7-byte header of checksum, length and fragment type) of wandb's
+    own Record protobufs, and whether it has reached the run's exit record."""
     from wandb.proto import wandb_internal_pb2
 
     data, rows, pending, block = open(path, "rb").read(), [], b"", 32768
-    position = 7
+    position, finished = 7, False
     while position + 7 <= len(data):
         if block - position % block < 7:  # a block's tail too short for a header is padding
             position += block - position % block
             continue
         length = int.from_bytes(data[position + 4 : position + 6], "little")
         kind = data[position + 6]
+        if position + 7 + length > len(data):  # a record still being written
+            break
         pending += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # a whole record, or the last fragment of one
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
             pending = b""
+            finished |= record.WhichOneof("record_type") == "exit"
             if record.WhichOneof("record_type") == "history":
                 rows.append({
                     i.key or "/".join(i.nested_key): json.loads(i.value_json)
                     for i in record.history.item
                 })  # fmt: skip
-    return rows
+    return rows, finished
 
 
 def installed(name: str) -> bool:
