@@ -18,6 +18,7 @@ from filelock import FileLock
 
 from rlvr.api import run
 from rlvr.config import load_config
+from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.train.components import build_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +29,8 @@ EXAMPLES = sorted(
     p
     for p in [*(ROOT / "examples").glob("*.toml"), *(ROOT / "examples" / "recipes").glob("*.toml")]
 )
-# A hub model cannot load here; W2SPO needs a weak model's directory (its own test builds one).
-LEFT_OUT = {"real_model.toml": "loads a hub model", "w2spo.toml": "needs methods.w2spo.model"}
+# A hub model cannot load here (tests/e2e/test_real_model.py trains a local Qwen2 instead).
+LEFT_OUT = {"real_model.toml": "loads a hub model"}
 # Settings that let a method act within two steps.
 EXTRA = {
     "rfpo.toml": [
@@ -50,6 +51,16 @@ def dense_reward(cfg) -> list[str]:
     if cfg.task.rewards or cfg.cohort.members or not plain or not task.train_problem(0).answer:
         return []
     return ['task.rewards={"levenshtein": 1.0}']
+
+
+def weak_model(directory: Path) -> list[str]:
+    """W2SPO branches from a weak model's directory, which its recipe asks the user to make: an
+    untrained nano model (seed 1, as tests/methods/test_w2spo.py uses) exercises the same
+    arithmetic."""
+    tokenizer = build_tokenizer()
+    build_model("nano", tokenizer, seed=1).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return [f"methods.w2spo.model={directory}"]
 
 
 def small(path: Path, runs: Path) -> list[str]:
@@ -80,10 +91,10 @@ def small(path: Path, runs: Path) -> list[str]:
     ]
 
 
-def replay(path: Path, runs: Path) -> list[dict[str, float]]:
+def replay(path: Path, runs: Path, extra: list[str]) -> list[dict[str, float]]:
     """Each RL step's recorded metrics, over every policy the example trains (in path order)."""
     torch.set_num_threads(1)  # the same float reductions on every machine and worker count
-    run(path, *small(path, runs))
+    run(path, *small(path, runs), *extra)
     steps = []
     for metrics in sorted(runs.rglob("metrics.jsonl")):
         for line in metrics.read_text().splitlines():
@@ -104,7 +115,8 @@ def test_example_matches_its_record(path, rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     monkeypatch.chdir(ROOT)  # example data paths are relative to the repo root
     name = f"{path.parent.name}/{path.name}"
-    steps = replay(path, tmp_path / "runs")
+    extra = weak_model(tmp_path / "weak") if path.name == "w2spo.toml" else []
+    steps = replay(path, tmp_path / "runs", extra)
     assert steps, f"{name} logged no step"
     if os.environ.get("RLVR_RECORD"):
         with FileLock(f"{RECORD}.lock"):  # xdist workers write their examples in turn
