@@ -61,7 +61,7 @@ class ModelConfig(Section):
         False, description="Allow hub models that ship their own modelling code."
     )
     pretrain_steps: int = Field(
-        450,
+        700,
         gt=0,
         description="Tiny model only: supervised warm-start steps on task demonstrations.",
     )

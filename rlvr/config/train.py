@@ -42,7 +42,7 @@ class MonitorRule(Section):
 
 
 class TrainConfig(Section):
-    steps: int = Field(20, gt=0, description="RL steps (each: sample a batch, score it, update).")
+    steps: int = Field(15, gt=0, description="RL steps (each: sample a batch, score it, update).")
     lr: float = Field(
         1e-4,
         gt=0,
