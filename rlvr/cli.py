@@ -138,9 +138,7 @@ def cmd_compare(args) -> None:
 
 
 def cmd_profile(args) -> None:
-    import torch
-
-    from rlvr.train.profile import cost_model, mean_metrics, peak_flops, phase_table, step_total
+    from rlvr.train.profile import cost_model, mean_metrics, phase_table, step_total
     from rlvr.train.trainer import Trainer
 
     cfg = _config(args.config, args.overrides, True)
@@ -158,9 +156,8 @@ def cmd_profile(args) -> None:
         trainer.updater.close()
         trainer.source.close()
     steps = steps[1:]
-    peak = peak_flops()
     print(f"{args.steps} steps of {cfg.rollout.batch_size} samples after one warm-up step; "
-          f"peak {peak / 1e9:.1f} GFLOP/s (float32 matmul, {torch.get_num_threads()} threads)")  # fmt: skip
+          f"peak {trainer.peak}")  # fmt: skip
     print(f"{'phase':<17}{'s/step':>9}{'share':>8}{'GFLOP':>10}{'utilisation':>13}")
     for phase, seconds, share, flops, used in phase_table(steps):
         print(f"{phase:<17}{seconds:>9.3f}{share:>8.1%}{flops / 1e9:>10.2f}{used:>13.1%}")

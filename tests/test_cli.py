@@ -93,3 +93,4 @@ def test_profile_prints_each_phase_and_the_cost_model(fast_overrides, capsys):
     assert "GRPO + KL reference" in out and "PPO (critic + reference)" in out
     assert "this config (measured)" in out
     assert re.search(r"trained, [1-9]\d* of them skipped as shared prompts", out)
+    assert re.search(r"peak [\d.]+ GFLOP/s \(float32 matmul on \d+ threads\)", out)

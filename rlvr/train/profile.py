@@ -1,5 +1,6 @@
 """The compute-centric profiler: each step's phases timed, their FLOPs estimated from the model's
-shape and the batch, and the achieved rate set against a matrix-multiply peak measured here."""
+shape and the batch, and the achieved rate set against a matrix-multiply peak measured here, on
+the model's device and in the dtype its matmuls run in."""
 
 from __future__ import annotations
 
@@ -163,18 +164,50 @@ def utilisation(metrics: dict[str, float], peak: float) -> dict[str, float]:
     return out
 
 
+@dataclass(frozen=True)
+class Peak:
+    """The best matrix-multiply rate measured on `device` in `dtype`: what 100% utilisation
+    means for a model computing there."""
+
+    flops: float  # FLOP/s
+    device: str
+    dtype: str  # "float32", "bfloat16", ...
+    threads: int  # torch's intra-op threads (what a CPU peak depends on)
+
+    def __str__(self) -> str:
+        where = f"{self.threads} threads" if self.device == "cpu" else self.device
+        return f"{self.flops / 1e9:.1f} GFLOP/s ({self.dtype} matmul on {where})"
+
+
+def compute_setting(model: nn.Module, autocast: str = "off") -> tuple[torch.device, torch.dtype]:
+    """Where and in what dtype `model`'s matmuls run: the device and dtype of its largest weight
+    (under LoRA the frozen base's, not the adapters'), bfloat16 under train.autocast=bfloat16
+    (the update's and the logprob passes' matmuls, most of a step's FLOPs)."""
+    weight = max(model.parameters(), key=lambda p: p.numel())
+    return weight.device, torch.bfloat16 if autocast == "bfloat16" else weight.dtype
+
+
 @functools.cache
-def peak_flops(size: int = 512, seconds: float = 0.2) -> float:
-    """The best float32 matrix-multiply rate of this process's threads, over about `seconds`:
-    what 100% utilisation means on this machine (measured once per process)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b  # first call pays for thread start-up
+def peak_flops(
+    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, seconds: float = 0.2
+) -> Peak:
+    """The best rate of a square `dtype` matmul on `device` over about `seconds` (measured once
+    per process and setting). On a CPU it is this process's threads' rate at 512 x 512; on an
+    accelerator 4096 x 4096, each timing waiting for the device to finish."""
+    device = torch.device(device)
+    size = 512 if device.type == "cpu" else 4096
+    sync = getattr(torch, device.type).synchronize  # torch.cpu's is a no-op
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    a @ b  # the first call pays for thread start-up, kernel selection and caches
+    sync(device)
     best, deadline = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
         a @ b
+        sync(device)
         best = max(best, 2.0 * size**3 / (time.perf_counter() - start))
-    return best
+    return Peak(best, str(device), str(dtype).removeprefix("torch."), torch.get_num_threads())
 
 
 def mean_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
@@ -231,9 +264,11 @@ def cost_model(step: dict[str, float], epochs: int, critic_updates: int) -> list
     ]
 
 
-def step_profile(shape: ModelShape, cfg, step, data, result, critic: bool) -> dict[str, float]:
+def step_profile(
+    shape: ModelShape, cfg, step, data, result, critic: bool, peak: Peak
+) -> dict[str, float]:
     """Tokens per second generated and trained this step, the FLOPs of each of its phases, and
-    the share of the machine's peak each achieved. `data` holds the rows the update ran on (all
+    the share of `peak` (the matmul rate on the model's device and dtype) each achieved. `data` holds the rows the update ran on (all
     but `result.trained`'s skipped ones), `critic` whether a critic ran."""
     algo, batch, timings = cfg.algo, data.batch, step.timings
     trained = torch.arange(len(batch)) if result.trained is None else result.trained
@@ -253,4 +288,4 @@ def step_profile(shape: ModelShape, cfg, step, data, result, critic: bool) -> di
     prompts = batch_prompts(batch, cfg.train.share_prompt)
     micro = cfg.train.micro_batch_size
     flops = step_flops(shape, step.trajectories, batch, micro, passes, prompts, trained)
-    return {**rates, **flops, **utilisation({**flops, **timings}, peak_flops())}
+    return {**rates, **flops, **utilisation({**flops, **timings}, peak.flops)}

@@ -41,7 +41,7 @@ from rlvr.train.metrics import batch_metrics, sample_records, staleness_metrics
 from rlvr.train.monitors import Monitors
 from rlvr.train.policy import load_policy, policy_path, save_policy, seed_everything
 from rlvr.train.prepare import UpdatePreparer
-from rlvr.train.profile import ModelShape, peak_flops, step_profile, timed
+from rlvr.train.profile import ModelShape, compute_setting, peak_flops, step_profile, timed
 from rlvr.train.rundir import RunDir, RunDirError
 from rlvr.train.sampling import GroupSampler, Sampled
 from rlvr.train.update import UpdateInputs, UpdateResult
@@ -70,7 +70,9 @@ class Trainer:
         seed_everything(cfg.train.seed)
         self.model, self.tokenizer = policy or load_policy(cfg, self.components, self.display)
         self.shape = ModelShape.of(self.model)
-        peak_flops()  # measured once per process, here at start-up rather than inside a step
+        # the matmul peak where and in the dtype the model computes, measured once per process
+        # and setting, here at start-up rather than inside a step
+        self.peak = peak_flops(*compute_setting(self.model, cfg.train.autocast))
         self.checkpoint_seconds = 0.0  # the last save's, logged with the step after it
         self.preparer = UpdatePreparer.for_run(
             cfg, self.model, self.tokenizer.pad_token_id, self.components
@@ -296,7 +298,9 @@ class Trainer:
             metrics["kl_coef"] = data.kl_coef
         metrics["skipped_updates"] = result.skipped
         metrics["lr"] = self.updater.scheduler.get_last_lr()[0]
-        metrics.update(step_profile(self.shape, cfg, step, data, result, self.critic is not None))
+        metrics.update(
+            step_profile(self.shape, cfg, step, data, result, self.critic is not None, self.peak)
+        )
         if cfg.log.samples_per_step:
             n = cfg.log.samples_per_step
             self.run_dir.log_samples(sample_records(

@@ -15,9 +15,11 @@ from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.train.profile import (
     PHASES,
     ModelShape,
+    compute_setting,
     cost_model,
     mean_metrics,
     micro_batch_forwards,
+    peak_flops,
     phase_table,
     step_flops,
     step_total,
@@ -164,10 +166,38 @@ def test_utilisation_and_cost_model_by_hand():
     assert mean_metrics([{"a": 1.0, "b": 4.0}, {"a": 3.0}]) == {"a": 2.0, "b": 2.0}
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_peak_is_timed_in_the_dtype_and_on_the_device_asked(dtype, monkeypatch):
+    """The matmuls timed are of `dtype` on `device`, and the peak says which it measured."""
+    seen, matmul = set(), torch.Tensor.__matmul__
+
+    def spy(a, b):
+        seen.add((a.dtype, b.dtype, a.device.type, b.device.type))
+        return matmul(a, b)
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", spy)
+    peak = peak_flops.__wrapped__("cpu", dtype, seconds=0.01)  # uncached: the spy sees it
+    assert seen == {(dtype, dtype, "cpu", "cpu")}
+    assert peak.flops > 0 and (peak.device, peak.dtype) == ("cpu", str(dtype)[6:])
+    assert f"{str(dtype)[6:]} matmul on {torch.get_num_threads()} threads" in str(peak)
+
+
+def test_the_peak_follows_the_model_weights_and_autocast(tokenizer):
+    """The largest weight's dtype (under LoRA the frozen base's, not the adapters'), bfloat16
+    under train.autocast=bfloat16."""
+    model = build_model("nano", tokenizer, seed=0).to(torch.bfloat16)
+    assert compute_setting(model) == (torch.device("cpu"), torch.bfloat16)
+    assert compute_setting(model.float(), "bfloat16") == (torch.device("cpu"), torch.bfloat16)
+    lora = apply_lora(build_model("nano", tokenizer, seed=0).to(torch.bfloat16), LoraSettings(r=4))
+    assert {p.dtype for p in lora.parameters() if p.requires_grad} == {torch.float32}
+    assert compute_setting(lora) == (torch.device("cpu"), torch.bfloat16)
+
+
 @pytest.mark.parametrize("extra", [[], ["algo.kl_coef=0.05", "algo.advantage=gae"]])
 def test_the_phases_partition_every_step(fast_overrides, extra):
     """What no phase timed is the few statements between the timers: under 5% of the step."""
     trainer = Trainer(load_config(None, [*fast_overrides, "train.steps=2", *extra]))
+    assert (trainer.peak.device, trainer.peak.dtype) == ("cpu", "float32")
     trainer.run()
     steps = [r for r in trainer.run_dir.read_metrics() if "time/step" in r]
     assert len(steps) == 2
