@@ -34,8 +34,9 @@ class DistributedConfig(Section):
     )
     trainer_sharding: Literal["replicate", "fsdp"] = Field(
         "replicate",
-        description="ray: 'replicate' (DDP): every trainer rank holds the whole policy and "
-        "optimizer state. 'fsdp' (FSDP2): each holds 1/trainer_ranks of the weights, gradients "
+        description="ray: 'replicate' (torch's DistributedDataParallel, its gradients summed "
+        "over ranks, not averaged): every trainer rank holds the whole policy and optimizer "
+        "state. 'fsdp' (FSDP2): each holds 1/trainer_ranks of the weights, gradients "
         "and optimizer state, for a policy whose training state does not fit one device; rank 0 "
         "also keeps the whole weights the rollout and the checkpoints read.",
     )

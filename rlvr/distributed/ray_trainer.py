@@ -79,6 +79,7 @@ class TrainerRank:
                                 world_size=world_size, timeout=timeout)  # fmt: skip
         if self.sharded:
             shard_model(self.model)
+        self.parallel = DataParallel.join(self.model, self.sharded)  # DDP when replicated
         self.optimizer = make_optimizer(self.cfg, self.model)  # over the shards, if sharded
         self.scheduler = make_scheduler(self.cfg, self.optimizer)
         return where()
@@ -93,9 +94,8 @@ class TrainerRank:
 
     def update(self, data: UpdateInputs, rng_state: torch.Tensor) -> None:
         generator = torch.Generator().set_state(rng_state)
-        parallel = DataParallel(self.rank, dist.get_world_size(), self.sharded)
         policy_update(self.model, self.optimizer, self.scheduler, data, self.cfg, self.loss,
-                      self.kl, generator, parallel)  # fmt: skip
+                      self.kl, generator, self.parallel)  # fmt: skip
         if self.sharded:
             copy_full_trainable(self.model, None)  # rank 0 gathers the new weights
 
@@ -165,11 +165,11 @@ class RayUpdateGroup:
         # the copy is whole until shard_model frees all but rank 0's shards
         self.trained = shard_model(copy.deepcopy(model)) if self.sharded else model
         self.held = local_numel(self.trained) / local_numel(model)
+        self.parallel = DataParallel.join(self.trained, self.sharded)  # DDP when replicated
         self.local_optimizer = make_optimizer(cfg, self.trained)
         self.scheduler = make_scheduler(cfg, self.local_optimizer)
         self.optimizer = GatheredOptimizer(self) if self.sharded else self.local_optimizer
         self.placement = [where(), *self._get(joined)]
-        self.parallel = DataParallel(0, world, self.sharded)
         self.share_thread: threading.Thread | None = None  # rank 0's share of the last step
         self.broken = False  # a rank failed mid-step, so the ranks cannot leave the group in step
 

@@ -13,6 +13,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
 from peft.tuners.lora import LoraLayer
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.pytorch_utils import Conv1D
 
@@ -29,7 +30,10 @@ def is_lora(model: nn.Module) -> bool:
 
 
 def unwrapped(model: nn.Module) -> PreTrainedModel:
-    """The Hugging Face model itself: under a LoRA wrapper, the base with its adapter layers."""
+    """The Hugging Face model itself: under a LoRA wrapper, the base with its adapter layers;
+    under DDP (a replicated update, rlvr/train/data_parallel.py), the model it replicates."""
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
     return model.get_base_model() if is_lora(model) else model
 
 

@@ -247,19 +247,23 @@ def imitation_parts(data: UpdateInputs, minibatches: int) -> list[torch.Tensor]:
     return list(torch.arange(len(data.imitation.batch)).tensor_split(minibatches))
 
 
-def imitation_backward(
-    model, data: UpdateInputs, part: torch.Tensor, cfg: Config, parallel: DataParallel
-) -> dict[str, float]:
-    """Accumulate the gradient of the imitation term over rows `part` of data.imitation."""
-    batch, coef = data.imitation.batch, data.imitation.coef
-    num_tokens, nll = float(batch.loss_mask[part].sum()), 0.0
-    lengths = batch.attention_mask.sum(-1)
-    for rows, counted in parallel.micro_batches(part, cfg.train.micro_batch_size, lengths):
-        with autocast(cfg.train.autocast, model.device):
-            loss, value = imitation_loss(model, batch, rows, num_tokens, coef)
-        (loss if counted else 0.0 * loss).backward()
-        nll += value if counted else 0.0
-    return {data.imitation.metric: nll}
+def imitation_passes(
+    data: UpdateInputs, part: torch.Tensor, cfg: Config, parallel: DataParallel
+) -> list[tuple[torch.Tensor, bool]]:
+    """(rows, counted) of this rank's micro-batches of the imitation rows `part`."""
+    lengths = data.imitation.batch.attention_mask.sum(-1)
+    return list(parallel.micro_batches(part, cfg.train.micro_batch_size, lengths))
+
+
+def imitation_pass(
+    model, data: UpdateInputs, rows: torch.Tensor, part: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The imitation term's loss on micro-batch `rows` of the step's imitation rows `part`, and
+    its NLL under the term's metric name."""
+    imitated = data.imitation
+    num_tokens = float(imitated.batch.loss_mask[part].sum())
+    loss, nll = imitation_loss(model, imitated.batch, rows, num_tokens, imitated.coef)
+    return loss, {imitated.metric: nll}
 
 
 def policy_update(
@@ -293,6 +297,7 @@ def policy_update(
     imitate = imitation_parts(data, algo.minibatches)
     inert = zero_gradient_rows(data, cfg, loss_fn, kl_fn)
     ran = torch.zeros(len(batch), dtype=torch.bool)
+    net = parallel.computing(model)  # what the passes call: under DDP, its wrapper
     model.train()
     for _ in range(algo.ppo_epochs):
         order = torch.randperm(len(batch), generator=generator)
@@ -305,22 +310,29 @@ def policy_update(
             trained = trained if len(trained) else minibatch[:1]
             ran[trained] = True
             step_metrics: dict[str, float] = defaultdict(float)
-            micro_batches = parallel.micro_batches(
-                trained, cfg.train.micro_batch_size, lengths, units
-            )
-            for rows, counted in micro_batches:
+            # the policy's micro-batches, then the imitation rows' (imitating = True)
+            micro = cfg.train.micro_batch_size
+            passes = [
+                (rows, counted, False)
+                for rows, counted in parallel.micro_batches(trained, micro, lengths, units)
+            ]
+            if len(part):
+                step_metrics[data.imitation.metric] = 0.0  # logged even where a rank has none
+                passes += [(r, c, True) for r, c in imitation_passes(data, part, cfg, parallel)]
+            for rows, counted, imitating in parallel.accumulate(
+                passes, (trained[:1], False, False)
+            ):
                 with autocast(cfg.train.autocast, model.device):
-                    loss, metrics = micro_batch_loss(
-                        model, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
-                        trainer_logprobs if counted else None, prompts,
-                    )  # fmt: skip
+                    if imitating:
+                        loss, metrics = imitation_pass(net, data, rows, part)
+                    else:
+                        loss, metrics = micro_batch_loss(
+                            net, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
+                            trainer_logprobs if counted else None, prompts,
+                        )  # fmt: skip
                 (loss if counted else 0.0 * loss).backward()
                 for name, value in metrics.items() if counted else ():
                     step_metrics[name] += value
-            if len(part):
-                for name, value in imitation_backward(model, data, part, cfg, parallel).items():
-                    step_metrics[name] += value
-            parallel.sum_gradients(model.parameters())
             step_metrics = parallel.sum_metrics(step_metrics)
             if inert is not None:  # the entropy of the rows trained, not diluted by the skipped
                 trained_tokens = float(batch.loss_mask[trained].sum())
