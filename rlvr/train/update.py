@@ -266,6 +266,39 @@ def imitation_pass(
     return loss, {imitated.metric: nll}
 
 
+def minibatch_backward(
+    net, model, data: UpdateInputs, trained, part, num_seqs, num_tokens, cfg: Config, loss_fn,
+    kl_fn, trainer_logprobs, prompts, parallel: DataParallel,
+) -> dict[str, float]:  # fmt: skip
+    """Accumulate one minibatch's gradient: the policy's micro-batches of rows `trained`, then
+    the imitation rows `part`; `net` is what the passes call (DDP's wrapper of `model` when
+    replicated). Returns this rank's summed metrics of the counted passes."""
+    step_metrics: dict[str, float] = defaultdict(float)
+    lengths = data.batch.attention_mask.sum(-1)
+    units = None if prompts is None else prompts.unit
+    micro = cfg.train.micro_batch_size
+    passes = [
+        (rows, counted, False)
+        for rows, counted in parallel.micro_batches(trained, micro, lengths, units)
+    ]
+    if len(part):
+        step_metrics[data.imitation.metric] = 0.0  # logged even where a rank has none
+        passes += [(r, c, True) for r, c in imitation_passes(data, part, cfg, parallel)]
+    for rows, counted, imitating in parallel.accumulate(passes, (trained[:1], False, False)):
+        with autocast(cfg.train.autocast, model.device):
+            if imitating:
+                loss, metrics = imitation_pass(net, data, rows, part)
+            else:
+                loss, metrics = micro_batch_loss(
+                    net, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
+                    trainer_logprobs if counted else None, prompts,
+                )  # fmt: skip
+        (loss if counted else 0.0 * loss).backward()
+        for name, value in metrics.items() if counted else ():
+            step_metrics[name] += value
+    return step_metrics
+
+
 def policy_update(
     model: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
@@ -288,12 +321,10 @@ def policy_update(
     # when it computes old logprobs in a separate pass).
     single_pass = data.old_logprobs is None and algo.ppo_epochs == 1 and algo.minibatches == 1
     trainer_logprobs = torch.zeros_like(batch.loss_mask) if single_pass else None
-    lengths = batch.attention_mask.sum(-1)
     # FSDP2 frees the weights it gathered for the prompt's forward before backward reaches it;
     # a method's loss term reads every position's logits, which a shared prompt packs away
     share = cfg.train.share_prompt and not parallel.sharded and not data.terms
     prompts = batch_prompts(batch, share)
-    units = None if prompts is None else prompts.unit
     imitate = imitation_parts(data, algo.minibatches)
     inert = zero_gradient_rows(data, cfg, loss_fn, kl_fn)
     ran = torch.zeros(len(batch), dtype=torch.bool)
@@ -309,30 +340,10 @@ def policy_update(
             trained = minibatch if inert is None else minibatch[~inert[minibatch]]
             trained = trained if len(trained) else minibatch[:1]
             ran[trained] = True
-            step_metrics: dict[str, float] = defaultdict(float)
-            # the policy's micro-batches, then the imitation rows' (imitating = True)
-            micro = cfg.train.micro_batch_size
-            passes = [
-                (rows, counted, False)
-                for rows, counted in parallel.micro_batches(trained, micro, lengths, units)
-            ]
-            if len(part):
-                step_metrics[data.imitation.metric] = 0.0  # logged even where a rank has none
-                passes += [(r, c, True) for r, c in imitation_passes(data, part, cfg, parallel)]
-            for rows, counted, imitating in parallel.accumulate(
-                passes, (trained[:1], False, False)
-            ):
-                with autocast(cfg.train.autocast, model.device):
-                    if imitating:
-                        loss, metrics = imitation_pass(net, data, rows, part)
-                    else:
-                        loss, metrics = micro_batch_loss(
-                            net, data, rows, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
-                            trainer_logprobs if counted else None, prompts,
-                        )  # fmt: skip
-                (loss if counted else 0.0 * loss).backward()
-                for name, value in metrics.items() if counted else ():
-                    step_metrics[name] += value
+            step_metrics = minibatch_backward(
+                net, model, data, trained, part, num_seqs, num_tokens, cfg, loss_fn, kl_fn,
+                trainer_logprobs, prompts, parallel,
+            )  # fmt: skip
             step_metrics = parallel.sum_metrics(step_metrics)
             if inert is not None:  # the entropy of the rows trained, not diluted by the skipped
                 trained_tokens = float(batch.loss_mask[trained].sum())
