@@ -53,14 +53,23 @@ def dense_reward(cfg) -> list[str]:
     return ['task.rewards={"levenshtein": 1.0}']
 
 
-def weak_model(directory: Path) -> list[str]:
-    """W2SPO branches from a weak model's directory, which its recipe asks the user to make: an
-    untrained nano model (seed 1, as tests/methods/test_w2spo.py uses) exercises the same
-    arithmetic."""
+# Models a recipe asks the user to make first (W2SPO's weak model, Direct-OPD's teacher and its
+# start): untrained nano models of other seeds (as tests/methods/ use) exercise the same
+# arithmetic.
+MADE = {
+    "w2spo.toml": {"methods.w2spo.model": 1},
+    "direct_opd.toml": {"methods.direct_opd.teacher": 1, "methods.direct_opd.teacher_ref": 2},
+}
+
+
+def made_models(name: str, directory: Path) -> list[str]:
     tokenizer = build_tokenizer()
-    build_model("nano", tokenizer, seed=1).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return [f"methods.w2spo.model={directory}"]
+    overrides = []
+    for key, seed in MADE.get(name, {}).items():
+        build_model("nano", tokenizer, seed=seed).save_pretrained(directory / key)
+        tokenizer.save_pretrained(directory / key)
+        overrides.append(f"{key}={directory / key}")
+    return overrides
 
 
 def small(path: Path, runs: Path) -> list[str]:
@@ -115,7 +124,7 @@ def test_example_matches_its_record(path, rlvr_home, tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_HOME", str(rlvr_home))
     monkeypatch.chdir(ROOT)  # example data paths are relative to the repo root
     name = f"{path.parent.name}/{path.name}"
-    extra = weak_model(tmp_path / "weak") if path.name == "w2spo.toml" else []
+    extra = made_models(path.name, tmp_path / "made")
     steps = replay(path, tmp_path / "runs", extra)
     assert steps, f"{name} logged no step"
     if os.environ.get("RLVR_RECORD"):
