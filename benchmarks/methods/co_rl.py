@@ -13,7 +13,10 @@ Prints one JSON object: per arm and member, the base and final held-out pass@1 a
 accuracy, the last step's agreement and pseudo-label accuracy, wall seconds; with the CPU, date
 and versions.
 
-    python benchmarks/methods/co_rl.py [--steps 40] [--arms peer_above ...]
+Seed s gives the members train.seed 2s and 2s + 1, so each seed redraws both warm starts (and
+with them the members' priors, which the output reports) and both RL runs.
+
+    python benchmarks/methods/co_rl.py [--steps 40] [--seeds 0 1 2] [--arms peer_above ...]
 """
 
 from __future__ import annotations
@@ -43,22 +46,23 @@ ARMS = {
 
 def run_arm(
     reward: str, first: float, second: float, paraphrase: bool = False, *,
-    steps: int, run_dir: str, name: str,
+    seed: int, steps: int, run_dir: str, name: str,
 ):  # fmt: skip
     reworded = ', "task.paraphrase": true' if paraphrase else ""
     members = (
-        f'cohort.members=[{{"model.pretrain_flawed_share": {first}}}, '
-        f'{{"train.seed": 1, "model.pretrain_flawed_share": {second}{reworded}}}]'
+        f'cohort.members=[{{"train.seed": {2 * seed}, "model.pretrain_flawed_share": {first}}}, '
+        f'{{"train.seed": {2 * seed + 1}, "model.pretrain_flawed_share": {second}{reworded}}}]'
     )
     overrides = [
         members, f"cohort.reward={reward}", f"train.steps={steps}", f"log.run_dir={run_dir}",
-        f"log.name={name}", "log.quiet=true",
+        f"log.name={name}-{seed}", "log.quiet=true",
     ]  # fmt: skip
+    run = Path(run_dir, f"{name}-{seed}")
     start = time.perf_counter()
     summary = Cohort(load_config(RECIPE, overrides)).run()
     result = {"wall_seconds": round(time.perf_counter() - start, 1), "members": []}
     for index, member in enumerate(summary["members"]):
-        lines = Path(run_dir, name, f"member-{index}", "metrics.jsonl").read_text().splitlines()
+        lines = (run / f"member-{index}" / "metrics.jsonl").read_text().splitlines()
         last = [r for r in map(json.loads, lines) if "cohort/agreement" in r][-1]
         result["members"].append({
             "base_pass@1": member["base_eval"]["eval/pass@1"],
@@ -74,14 +78,18 @@ def run_arm(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run_dir:
-        arms = {
-            arm: run_arm(*ARMS[arm], steps=args.steps, run_dir=run_dir, name=arm)
-            for arm in args.arms
+        seeds = {
+            f"seed {seed}": {
+                arm: run_arm(*ARMS[arm], seed=seed, steps=args.steps, run_dir=run_dir, name=arm)
+                for arm in args.arms
+            }
+            for seed in args.seeds
         }
-    report("co_rl", RECIPE, arms, steps=args.steps)
+    report("co_rl", RECIPE, seeds, steps=args.steps)
 
 
 if __name__ == "__main__":
