@@ -4,8 +4,8 @@ One base (the default task's seed-0 warm start, greedy about 0.32: it drops carr
 its demonstrations), and per seed two models trained from it on the same problems:
   rl    GRPO, the default run's settings: `--steps` steps of 16 problems x 8 samples.
   sft   next-token loss on the task's reference solutions (its correct demonstrations) of
-        exactly the problems the RL run drew, step for step (the same 16 problems a step,
-        `--sft-epochs` passes over the run's steps), AdamW at `--sft-lr`.
+        exactly the problems the RL run drew, step for step (the same 16 problems a step, one
+        pass), AdamW at `--sft-lr`, by default RL's 1e-4 (1e-3 fell to 0.30-0.73 greedy).
 Then rlvr.analysis.mechanism.compare measures base, rl and sft on the same held-out problems
 with the same sampling seeds: per decoder layer the held-out probe AUC of answer correctness
 (5-fold logistic regression on each layer's mean hidden state over a reply's last tokens,
@@ -33,7 +33,7 @@ from rlvr.models.loading import load_model
 from rlvr.rollout.build import make_runner
 from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
-from rlvr.train.warmstart import ensure_warm_start, sft_examples, sft_backward
+from rlvr.train.warmstart import ensure_warm_start, sft_backward, sft_examples
 
 PROMPTS_PER_STEP = 16  # the default run's 128 samples in groups of 8
 
@@ -65,15 +65,14 @@ def train_sft(args, base: str, seed: int, task):
     model, tokenizer = load_model(base)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.sft_lr, weight_decay=0.01)
     model.train()
-    for _ in range(args.sft_epochs):
-        for step in range(args.steps):
-            first = step * PROMPTS_PER_STEP
-            examples = [e for index in range(first, first + PROMPTS_PER_STEP)
-                        for e in sft_examples(tokenizer, task, index, flawed=False)]  # fmt: skip
-            optimizer.zero_grad(set_to_none=True)
-            sft_backward(model, examples, tokenizer.pad_token_id)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+    for step in range(args.steps):
+        first = step * PROMPTS_PER_STEP
+        examples = [e for index in range(first, first + PROMPTS_PER_STEP)
+                    for e in sft_examples(tokenizer, task, index, flawed=False)]  # fmt: skip
+        optimizer.zero_grad(set_to_none=True)
+        sft_backward(model, examples, tokenizer.pad_token_id)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
     return model.eval(), tokenizer
 
 
@@ -117,8 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=15, help="RL steps (and SFT steps a pass)")
-    parser.add_argument("--sft-lr", type=float, default=1e-3)
-    parser.add_argument("--sft-epochs", type=int, default=1)
+    parser.add_argument("--sft-lr", type=float, default=1e-4)
     parser.add_argument("--problems", type=int, default=100, help="held-out problems")
     parser.add_argument("--k", type=int, default=8, help="sampled replies per problem")
     args = parser.parse_args()
