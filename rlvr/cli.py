@@ -230,7 +230,8 @@ def add_analyze(sub) -> None:
     of models on a task's held-out problems."""
     an = sub.add_parser(
         "analyze",
-        help="pass@k up to large k, diversity, entropy and reference-reply probability of models",
+        help="pass@k up to large k, diversity, entropy, layer probes (and ablations) and "
+        "reference-reply probability of models",
     )
     an.add_argument(
         "targets", nargs="+", help="models (run directories, or model directories with --task), "

@@ -47,7 +47,9 @@ def layer_mechanism(
     return out
 
 
-def compare(models: dict, problems: list[Problem], k: int, seed: int = 0) -> dict[str, dict]:
+def compare(
+    models: dict[str, tuple], problems: list[Problem], k: int, seed: int = 0
+) -> dict[str, dict]:
     """{name: result} for `models` {name: (model, tokenizer, runner)}: each samples k replies
     to every one of the same `problems` from the same seeds, and its `sampled_accuracy` and
     layer_mechanism are measured on them."""
@@ -55,7 +57,7 @@ def compare(models: dict, problems: list[Problem], k: int, seed: int = 0) -> dic
     for name, (model, tokenizer, runner) in models.items():
         sampled = runner.collect(problems, k, (seed, MECHANISM_STREAM, 0))
         accuracy = sum(t.correct for t in sampled) / len(sampled)
-        out[name] = {"sampled_accuracy": accuracy, **layer_mechanism(
-            model, tokenizer, runner, problems, sampled, (seed, MECHANISM_STREAM, 1)
-        )}  # fmt: skip
+        greedy_seed = (seed, MECHANISM_STREAM, 1)
+        measured = layer_mechanism(model, tokenizer, runner, problems, sampled, greedy_seed)
+        out[name] = {"sampled_accuracy": accuracy, **measured}
     return out
