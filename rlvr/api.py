@@ -121,15 +121,21 @@ def analyze(
     config: str | Path | None = None,
     k: int = 64,
     problems: int = 50,
+    ablate: bool = False,
 ) -> dict:
     """What RL changed in a model, as `rlvr analyze` prints it (rlvr/analysis/analyze.py):
     pass@1..k from k samples of each of the first `problems` held-out problems, answer
-    diversity, reply entropy, and the log-probability of the task's reference replies."""
+    diversity, reply entropy, layer probes of correctness, and the log-probability of the
+    task's reference replies; `ablate` adds each layer's mean-ablation drop in greedy accuracy
+    (rlvr/analysis/mechanism.py). Models analysed with the same task and seed see the same
+    problems and sampling seeds, so their results compare side by side."""
     from rlvr.analysis.analyze import analyze_samples
 
     m = load_for_eval(model, overrides, task, config)
     chosen = m.components.task.eval_problems()[:problems]
-    return analyze_samples(m.model, m.tokenizer, m.runner, m.components.task, chosen, k, m.cfg)
+    return analyze_samples(
+        m.model, m.tokenizer, m.runner, m.components.task, chosen, k, m.cfg, ablate
+    )
 
 
 @dataclass

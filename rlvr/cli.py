@@ -94,7 +94,7 @@ def cmd_analyze(args) -> None:
     overrides = [t for t in args.targets if "=" in t] + args.overrides  # those after options
     results = {
         m: analyze(m, *overrides, task=args.task, config=args.config, k=args.k,
-                   problems=args.problems)
+                   problems=args.problems, ablate=args.ablate)
         for m in models
     }  # fmt: skip
     if args.plot:
@@ -226,10 +226,12 @@ def add_merge(sub) -> None:
 
 
 def add_analyze(sub) -> None:
-    """`rlvr analyze`: pass@k, diversity and entropy of models on a task's held-out problems."""
+    """`rlvr analyze`: pass@k, diversity, entropy, layer probes and (--ablate) layer ablations
+    of models on a task's held-out problems."""
     an = sub.add_parser(
         "analyze",
-        help="pass@k up to large k, diversity, entropy and reference-reply probability of models",
+        help="pass@k up to large k, diversity, entropy, layer probes (and ablations) and "
+        "reference-reply probability of models",
     )
     an.add_argument(
         "targets", nargs="+", help="models (run directories, or model directories with --task), "
@@ -240,6 +242,10 @@ def add_analyze(sub) -> None:
     an.add_argument("--k", type=int, default=64, help="samples per problem (default 64)")
     an.add_argument("--problems", type=int, default=50, help="held-out problems (default 50)")
     an.add_argument("--plot", help="also write the pass@k curves to this PNG")
+    an.add_argument(
+        "--ablate", action="store_true", help="also mean-ablate each decoder layer in turn: the "
+        "drop in greedy accuracy per layer (RL against SFT, arXiv 2607.26119)",
+    )  # fmt: skip
     an.set_defaults(func=cmd_analyze, overrides=[])
 
 

@@ -1,1 +1,1 @@
-"""Analysis: pass@k, entropy and run reports."""
+"""Analysis: pass@k, entropy, layer probes and ablations, run reports."""

@@ -1,12 +1,14 @@
 """What RL changed in a model (`rlvr analyze`): pass@k up to large k (did RL sharpen what the
 base could already sample, or find something new?), answer diversity, reply entropy, layer-wise
-probes of correctness, and the probability of the task's reference replies."""
+probes of correctness, the probability of the task's reference replies, and (ablate) how much
+accuracy falls with each layer mean-ablated."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 from rlvr.analysis.entropy import reply_entropy
+from rlvr.analysis.mechanism import layer_mechanism
 from rlvr.analysis.passk import pass_at_k
 from rlvr.analysis.probes import layer_probes
 from rlvr.analysis.target_mass import reply_logprobs
@@ -44,8 +46,11 @@ def reference_replies(task, problems: list[Problem]) -> list[str] | None:
     return replies if all(isinstance(r, str) for r in replies) else None
 
 
-def analyze_samples(model, tokenizer, runner, task, problems: list[Problem], k: int, cfg) -> dict:
-    """k seeded samples of each problem at the run's sampling settings, measured."""
+def analyze_samples(
+    model, tokenizer, runner, task, problems: list[Problem], k: int, cfg, ablate: bool = False
+) -> dict:
+    """k seeded samples of each problem at the run's sampling settings, measured; `ablate` adds
+    each layer's mean-ablation drop in greedy accuracy and the depth slopes (layer_mechanism)."""
     sampled = runner.collect(problems, k, (cfg.train.seed, ANALYZE_STREAM, 0))
     correct: dict[int, int] = defaultdict(int)
     for t in sampled:
@@ -55,7 +60,11 @@ def analyze_samples(model, tokenizer, runner, task, problems: list[Problem], k: 
     out.update(pass_curve(counts, k))
     out.update(diversity(sampled, answer_reader(task.verifier, cfg.task.reward_params)))
     out.update(reply_entropy(model, sampled, tokenizer.pad_token_id, cfg.rollout.temperature))
-    out.update(layer_probes(model, sampled, tokenizer.pad_token_id))
+    if ablate:
+        seed = (cfg.train.seed, ANALYZE_STREAM, 1)
+        out.update(layer_mechanism(model, tokenizer, runner, problems, sampled, seed))
+    else:
+        out.update(layer_probes(model, sampled, tokenizer.pad_token_id))
     references = reference_replies(task, problems)
     if references is not None:
         logprobs = reply_logprobs(model, tokenizer, problems, references)

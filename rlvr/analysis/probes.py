@@ -46,11 +46,12 @@ def layer_features(model, trajectories: list[Trajectory], pad_id: int) -> list[n
     return [torch.cat(parts).numpy() for parts in per_layer]
 
 
-def probe_accuracy(features: np.ndarray, labels: np.ndarray, seed: int = 0) -> float | None:
-    """Cross-validated accuracy (stratified folds) of a logistic-regression probe predicting
-    `labels` from `features` [N, D]; None when a class has fewer samples than folds."""
+def probe_scores(features: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict | None:
+    """Held-out `accuracy` and `auc` (ROC AUC) of a logistic-regression probe predicting
+    `labels` from `features` [N, D]: each the mean over stratified folds of its score on the
+    fold the probe did not see; None when a class has fewer samples than folds."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.model_selection import StratifiedKFold, cross_validate
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -58,17 +59,23 @@ def probe_accuracy(features: np.ndarray, labels: np.ndarray, seed: int = 0) -> f
         return None
     probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
     folds = StratifiedKFold(FOLDS, shuffle=True, random_state=seed)
-    return float(cross_val_score(probe, features, labels, cv=folds).mean())
+    scores = cross_validate(probe, features, labels, cv=folds, scoring=("accuracy", "roc_auc"))
+    return {
+        "accuracy": float(scores["test_accuracy"].mean()),
+        "auc": float(scores["test_roc_auc"].mean()),
+    }
 
 
 def layer_probes(model, trajectories: list[Trajectory], pad_id: int) -> dict[str, float]:
-    """`probe/layer_<l>` accuracy per layer, and `probe/majority` (always guessing the more
-    common label), which a layer must beat to know anything; {} when the replies are (nearly)
-    all right or all wrong."""
+    """Per layer, `probe/layer_<l>` (held-out accuracy) and `probe_auc/layer_<l>` (held-out ROC
+    AUC; 0.5 is chance), and `probe/majority` (always guessing the more common label), which a
+    layer's accuracy must beat to know anything; {} when the replies are (nearly) all right or
+    all wrong."""
     labels = np.array([t.correct for t in trajectories], dtype=int)
-    scores = [probe_accuracy(f, labels) for f in layer_features(model, trajectories, pad_id)]
+    scores = [probe_scores(f, labels) for f in layer_features(model, trajectories, pad_id)]
     if scores[0] is None:
         return {}
     out = {"probe/majority": float(max(labels.mean(), 1 - labels.mean()))}
-    out.update({f"probe/layer_{layer}": score for layer, score in enumerate(scores)})
+    out.update({f"probe/layer_{layer}": s["accuracy"] for layer, s in enumerate(scores)})
+    out.update({f"probe_auc/layer_{layer}": s["auc"] for layer, s in enumerate(scores)})
     return out

@@ -12,6 +12,7 @@ import torch
 from pydantic import Field
 
 from rlvr.algos.advantages import ADVANTAGES, AdvInputs, sibling_mean
+from rlvr.analysis.ablation import decoder_layers
 from rlvr.analysis.probes import last_mean
 from rlvr.config import ConfigError
 from rlvr.registry import lookup
@@ -48,19 +49,6 @@ class Params(MethodParams):
 
 
 MIN_FIT_ROWS = 4  # a domain's probe is fitted once its buffer holds this many rollouts
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    """The model's stack of decoder layers: the ModuleList with config.num_hidden_layers entries
-    (model.layers in Llama/Qwen, transformer.h in GPT-2; found through a peft wrapper too)."""
-    count = model.config.num_hidden_layers
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
-            return module
-    raise ConfigError(
-        f"methods.poise found no list of {count} decoder layers in {type(model).__name__}; it "
-        "hooks one of them for the probe's features"
-    )
 
 
 def rollout_features(

@@ -39,7 +39,7 @@ def test_analyze_a_run_and_a_model_against_their_samples(fast_overrides, tmp_pat
     run = tmp_path / "runs" / "an"
     plot = tmp_path / "curves.png"
     main(["analyze", str(run), str(run / "final"), "--task", "arithmetic", "task.eval_size=6",
-          "--k", "8", "--problems", "6", "--plot", str(plot)])  # fmt: skip
+          "--k", "8", "--problems", "6", "--plot", str(plot), "--ablate"])  # fmt: skip
     results = json.loads(capsys.readouterr().out)
     found = results[str(run)]
     counts = found["correct_counts"]
@@ -56,3 +56,8 @@ def test_analyze_a_run_and_a_model_against_their_samples(fast_overrides, tmp_pat
         "probe/majority" in probes and all(0 <= v <= 1 for v in probes.values())
     )  # no probes when nearly every sample is wrong, as an untrained model's are
     assert plot.stat().st_size > 0
+    # --ablate: greedy accuracy with each of the 4 decoder layers mean-ablated, as a drop
+    greedy = found["ablation/greedy"]
+    drops = [found[f"ablation/layer_{layer}"] for layer in range(1, 5)]
+    assert all(greedy - 1 <= d <= greedy and d * 6 == pytest.approx(round(d * 6)) for d in drops)
+    assert "ablation/layer_5" not in found and "ablation/depth_slope" in found
