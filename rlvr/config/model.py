@@ -50,6 +50,12 @@ class ModelConfig(Section):
     preset: str = Field(
         "nano", description="Size preset of the tiny model (see `rlvr list presets`)."
     )
+    layers: int | None = Field(
+        None,
+        ge=1,
+        description="Tiny model only: transformer layers, in place of the preset's (e.g. 1 for "
+        "the one-layer transformer of arXiv 2601.15158); unset, the preset's.",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype of the policy (and reference) model."
     )
@@ -62,8 +68,10 @@ class ModelConfig(Section):
     )
     pretrain_steps: int = Field(
         700,
-        gt=0,
-        description="Tiny model only: supervised warm-start steps on task demonstrations.",
+        ge=0,
+        description="Tiny model only: supervised warm-start steps on task demonstrations; 0 "
+        "starts RL from the untrained model (from scratch), its weights as initialised from "
+        "train.seed.",
     )
     pretrain_batch_size: int | None = Field(
         None,

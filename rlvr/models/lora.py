@@ -76,7 +76,7 @@ def check_targets_early(m: ModelConfig) -> None:
     (meta device), so a target that fits no layer stops the run before a warm start or a load
     of weights. An architecture that cannot be built from its config alone is left to load."""
     if m.name == "tiny":
-        config = tiny.build_config(m.preset, tiny.build_tokenizer())
+        config = tiny.build_config(m.preset, tiny.build_tokenizer(), m.layers)
     else:
         config = from_pretrained(AutoConfig, m.name, trust_remote_code=m.trust_remote_code)
     try:

@@ -55,17 +55,19 @@ def build_tokenizer(added_tokens: Sequence[str] = ()) -> PreTrainedTokenizerFast
     return tokenizer
 
 
-def build_config(preset: str, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
-    """The Llama config of the given preset."""
+def build_config(
+    preset: str, tokenizer: PreTrainedTokenizerFast, layers: int | None = None
+) -> LlamaConfig:
+    """The Llama config of the given preset; `layers` (model.layers) replaces its depth."""
     if preset not in PRESETS:
         raise ValueError(
             f"unknown tiny-model preset {preset!r}; choose one of {', '.join(PRESETS)}"
         )
-    hidden, layers, heads, mlp = PRESETS[preset]
+    hidden, depth, heads, mlp = PRESETS[preset]
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
-        num_hidden_layers=layers,
+        num_hidden_layers=layers or depth,
         num_attention_heads=heads,
         num_key_value_heads=heads,
         intermediate_size=mlp,
@@ -77,10 +79,12 @@ def build_config(preset: str, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig
     )
 
 
-def build_model(preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> LlamaForCausalLM:
-    """A freshly initialised Llama-architecture causal LM of the given preset."""
+def build_model(
+    preset: str, tokenizer: PreTrainedTokenizerFast, seed: int = 0, layers: int | None = None
+) -> LlamaForCausalLM:
+    """A freshly initialised Llama-architecture causal LM of the given preset (and depth)."""
     import torch
 
-    config = build_config(preset, tokenizer)
+    config = build_config(preset, tokenizer, layers)
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)

@@ -9,7 +9,7 @@ from rlvr.rewards.edit_distance import exact_reply, levenshtein
 from rlvr.rewards.format import format_reward
 from rlvr.rewards.ifeval import ifeval
 from rlvr.rewards.judge import HFJudge
-from rlvr.rewards.match import NumericMatch, exact_match
+from rlvr.rewards.match import NumericMatch, exact_at, exact_match
 from rlvr.rewards.math import MathEqual
 from rlvr.rewards.optimization import OptReward
 from rlvr.rewards.penalties import LengthPenalty, RepetitionPenalty
@@ -30,6 +30,7 @@ __all__ = [
 
 REWARDS: dict[str, RewardFn] = {
     "exact": exact_match,
+    "exact_at": exact_at,
     "numeric": NumericMatch,
     "math": MathEqual,
     "countdown": countdown_check,

@@ -107,3 +107,24 @@ class NumericMatch:
 
     def __call__(self, problem: Problem, response: str) -> Score:
         return numeric_match(problem, response, self.params.tolerance, self.params.fallback)
+
+
+def exact_at(problem: Problem, response: str) -> Score:
+    """The reply's character number metadata['answer_at'] (from 1) equals the reference.
+
+    The answer sits at a fixed place after free scratch work, with no marker, so an untrained
+    model's replies can be graded before it has learned any format (graph_walk's tokens
+    layout); what follows that character is ignored."""
+    at = problem.metadata.get("answer_at")
+    if not isinstance(at, int) or at < 1:
+        raise ValueError(
+            f"problem {problem.id} has no answer position (metadata['answer_at'], an int from "
+            "1); exact_at needs one: graph_walk gives it with task.layout = 'tokens'"
+        )
+    if len(response) < at:
+        return Score(
+            0.0, "wrong", {"reason": f"reply of {len(response)} characters ends before {at}"}
+        )
+    if response[at - 1] == _reference(problem):
+        return Score(1.0, "ok")
+    return Score(0.0, "wrong", {"reason": f"answered {response[at - 1]!r}"})

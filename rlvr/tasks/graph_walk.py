@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import string
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +37,15 @@ class GraphWalkParams(BaseModel):
         description="Share of training problems that take one hop (the paper's simple "
         "instances); the rest take task.hops.",
     )
+    layout: Literal["text", "tokens"] = Field(
+        "text",
+        description="'text': the edges written as characters, the reply the intermediate "
+        "vertices then '#### answer' (verifier exact). 'tokens', the paper's layout for a model "
+        "trained from scratch: each edge one token ('c>a'), so one attention step can look up a "
+        "vertex's successor, and the reply the walk's vertices with no separators, graded on "
+        "its character number hops (verifier exact_at; what follows is ignored), so no marker "
+        "has to be learned first.",
+    )
 
 
 def successors(problem: Problem) -> dict[str, str]:
@@ -45,11 +55,15 @@ def successors(problem: Problem) -> dict[str, str]:
 def steps_followed(problem: Problem, reply: str) -> float:
     """Share of the reply's hops, the intermediate vertices then the marked answer, that follow
     an edge from the vertex before (the first from the start); 0 when it names another number of
-    vertices than the problem has hops: how far the reply is a walk, whatever its answer."""
-    answer = extract_answer(reply)
-    shown = reply.split("####")[0].split()
-    walk = [*shown, answer] if answer is not None else shown
+    vertices than the problem has hops: how far the reply is a walk, whatever its answer. In the
+    tokens layout the walk is the reply's first `hops` characters."""
     hops = problem.metadata["hops"]
+    if "answer_at" in problem.metadata:
+        walk = list(reply[:hops])
+    else:
+        answer = extract_answer(reply)
+        shown = reply.split("####")[0].split()
+        walk = [*shown, answer] if answer is not None else shown
     if len(walk) != hops:
         return 0.0
     edge = successors(problem)
@@ -78,6 +92,10 @@ class GraphWalkTask(GeneratedTask):
                 f"{params.vertices}, or a walk returns to its start; lower hops or add vertices"
             )
         self.params = params
+        tokens = params.layout == "tokens"
+        self.verifier = "exact_at" if tokens else "exact"
+        names = string.ascii_lowercase[: params.vertices]
+        self.added_tokens = [f"{a}>{b}" for a in names for b in names if a != b] if tokens else []
         super().__init__(seed, eval_size)
 
     def _problem(self, rng: random.Random, hops: int) -> Problem:
@@ -94,12 +112,15 @@ class GraphWalkTask(GeneratedTask):
         # The warm start's reply: the walk's shape (hops - 1 vertices, then the answer) with
         # vertices drawn at random, so the base knows the format but not how to follow edges.
         filler = [rng.choice(names) for _ in range(hops)]
+        metadata = {"edges": listed, "start": start, "hops": hops, "filler": filler}
+        if self.params.layout == "tokens":
+            metadata["answer_at"] = hops
         return Problem(
             id=f"graph_walk-{listed}-{start}-{hops}",
             prompt=f"{listed}\nFrom {start}, {hops} hops",
             answer=walk[-1],
             domain=f"graph_walk_{hops}hop",
-            metadata={"edges": listed, "start": start, "hops": hops, "filler": filler},
+            metadata=metadata,
         )
 
     def draw(self, rng: random.Random) -> Problem:
@@ -113,5 +134,7 @@ class GraphWalkTask(GeneratedTask):
     def demonstration(self, problem: Problem, flawed: bool = False) -> str:
         """The format with random vertices; `flawed` changes nothing: every demonstration is
         uninformed, and the content of the walk is RL's to learn."""
+        if "answer_at" in problem.metadata:
+            return "".join(problem.metadata["filler"])
         *shown, answer = problem.metadata["filler"]
         return " ".join([*shown, f"#### {answer}"])

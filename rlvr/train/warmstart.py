@@ -64,6 +64,8 @@ def warm_start_key(cfg: Config, task: Task) -> str:
         "flawed": m.pretrain_flawed_share,
         "seed": cfg.train.seed,
     }
+    if m.layers is not None:  # only when set, so every other warm start keeps its key
+        settings["layers"] = m.layers
     if m.pretrain_hint_share:  # only when set, so every other warm start keeps its key
         settings["hints"] = [m.pretrain_hint_share, m.pretrain_hint_segments]
     if cfg.debate.rounds:
@@ -304,8 +306,13 @@ def ensure_warm_start(cfg: Config, task: Task, on_step=None) -> Path:
 
 def build_warm_start(cfg: Config, task: Task, path: Path, on_step=None) -> Path:
     tokenizer = build_tokenizer(getattr(task, "added_tokens", ()))
-    model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed)
-    trained = supervised_train(model, tokenizer, task, cfg, on_step)
+    model = build_model(cfg.model.preset, tokenizer, seed=cfg.train.seed, layers=cfg.model.layers)
+    # model.pretrain_steps = 0: the model as initialised, for RL from scratch
+    trained = (
+        supervised_train(model, tokenizer, task, cfg, on_step)
+        if cfg.model.pretrain_steps
+        else {"steps": 0}
+    )
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

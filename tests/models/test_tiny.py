@@ -127,3 +127,18 @@ def test_added_tokens_are_one_token_each_and_survive_decoding(tmp_path):
     assert (
         AutoTokenizer.from_pretrained(tmp_path)(text, add_special_tokens=False)["input_ids"] == ids
     )
+
+
+def test_layers_replaces_the_presets_depth_and_nothing_else(tokenizer):
+    one = build_model("nano", tokenizer, seed=0, layers=1)
+    hidden, _, heads, mlp = PRESETS["nano"]
+    c = one.config
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (
+        1, hidden, heads, mlp,
+    )  # fmt: skip
+    per_layer = 4 * hidden**2 + 3 * hidden * mlp + 2 * hidden
+    n = sum(p.numel() for p in one.parameters())
+    assert n == len(tokenizer) * hidden + per_layer + hidden
+    # untrained: every matrix as initialised, normal with the config's standard deviation
+    q = one.model.layers[0].self_attn.q_proj.weight
+    assert float(q.detach().std()) == pytest.approx(c.initializer_range, rel=0.05)

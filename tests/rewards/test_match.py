@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.rewards.match import NumericMatch, exact_match, numeric_match
+from rlvr.rewards.match import NumericMatch, exact_at, exact_match, numeric_match
 from rlvr.types import Problem
 
 
@@ -75,3 +75,18 @@ def test_last_number_fallback_is_an_explicit_setting():
     lenient = NumericMatch(NumericMatch.Params(fallback="last_number"))
     assert lenient(problem("853"), gibberish).value == 1.0
     assert NumericMatch()(problem("853"), gibberish).value == 0.0
+
+
+@pytest.mark.parametrize(
+    "response, correct",
+    [("bcd", True), ("bcdxy", True), ("xyd", True), ("bcx", False), ("bc", False), ("", False),
+     ("d", False), ("bc d", False)],
+)  # fmt: skip
+def test_exact_at_grades_only_the_character_at_the_answers_place(response, correct):
+    score = exact_at(Problem(id="p", prompt="?", answer="d", metadata={"answer_at": 3}), response)
+    assert (score.value, score.status) == ((1.0, "ok") if correct else (0.0, "wrong"))
+
+
+def test_exact_at_needs_the_answers_place():
+    with pytest.raises(ValueError, match="answer_at"):
+        exact_at(problem("d"), "bcd")

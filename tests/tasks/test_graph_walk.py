@@ -1,6 +1,7 @@
 import pytest
 
 from rlvr.config import ConfigError, load_config
+from rlvr.models.tiny import build_tokenizer
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 from rlvr.tasks.graph_walk import GraphWalkParams, GraphWalkTask, steps_followed, successors
@@ -88,3 +89,37 @@ def test_too_many_hops_for_the_graph_is_refused_with_the_fix():
         task(vertices=6, hops=6)
     with pytest.raises(ConfigError, match="short_share"):
         build_task(load_config(None, ["task.name=graph_walk", "task.short_share=1.5"]))
+
+
+def test_the_tokens_layout_makes_each_edge_one_token_and_grades_one_character():
+    t = task(vertices=5, hops=3, layout="tokens", short_share=0.5)
+    assert t.verifier == "exact_at" and len(t.added_tokens) == 5 * 4
+    tokenizer = build_tokenizer(t.added_tokens)
+    for problem in map(t.train_problem, range(40)):
+        hops, start = problem.metadata["hops"], problem.metadata["start"]
+        assert problem.metadata["answer_at"] == hops
+        edges = problem.metadata["edges"].split()
+        pieces = tokenizer.tokenize(problem.metadata["edges"])
+        assert [p for p in pieces if p != " "] == edges  # one token an edge
+        walk = [start]
+        for _ in range(3):
+            walk.append(successors(problem)[walk[-1]])
+        reply = "".join(walk[1:])  # the whole 3-step walk: a one-hop instance grades its first
+        assert REWARDS[t.verifier](problem, reply).status == "ok"
+        assert REWARDS[t.verifier](problem, start + reply).status == "wrong"  # one place late
+        assert steps_followed(problem, reply) == 1.0
+        demo = t.demonstration(problem)
+        assert len(demo) == hops and " " not in demo
+    assert task(layout="text").added_tokens == [] and task(layout="text").verifier == "exact"
+
+
+def test_steps_followed_reads_the_first_hops_characters_in_the_tokens_layout():
+    problem = Problem(
+        id="p", prompt="", answer="d", domain="graph_walk_3hop",
+        metadata={"edges": "a>b b>c c>d d>a", "start": "a", "hops": 3, "answer_at": 3},
+    )  # fmt: skip
+    assert steps_followed(problem, "bcd") == 1.0
+    assert steps_followed(problem, "bcdxyz") == 1.0  # what follows the walk is not read
+    assert steps_followed(problem, "bda") == pytest.approx(2 / 3)  # a>b, d>a
+    assert steps_followed(problem, "cda") == pytest.approx(2 / 3)  # the first hop is from the start
+    assert steps_followed(problem, "bc") == 0.0  # too short to be a walk of 3 hops

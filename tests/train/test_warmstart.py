@@ -334,3 +334,24 @@ def test_a_large_files_held_out_rows_are_capped():
         train_size = 100_000
 
     assert warmstart.held_out_rows(cfg, LargeFile()) == warmstart.HOLDOUT_CAP
+
+
+def test_zero_pretrain_steps_saves_the_one_layer_model_untrained(tmp_path, monkeypatch):
+    """model.pretrain_steps = 0 with model.layers = 1: the policy is the one-layer model exactly
+    as initialised from train.seed, with the task's added tokens (RL from scratch)."""
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    settings = ["task.name=graph_walk", "task.layout=tokens", "model.pretrain_steps=0",
+                "model.layers=1", "train.seed=3"]  # fmt: skip
+    cfg = load_config(None, settings)
+    task = build_task(cfg)
+    path = ensure_warm_start(cfg, task, lambda step, loss: pytest.fail("trained a step"))
+    saved = AutoModelForCausalLM.from_pretrained(path)
+    fresh = build_model("nano", build_tokenizer(task.added_tokens), seed=3, layers=1)
+    assert saved.config.num_hidden_layers == 1
+    assert saved.config.vocab_size == len(build_tokenizer()) + len(task.added_tokens)
+    for (name, a), (_, b) in zip(saved.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), name
+    deeper = load_config(None, [s for s in settings if not s.startswith("model.layers")])
+    assert warm_start_key(deeper, build_task(deeper)) != warm_start_key(cfg, task)
