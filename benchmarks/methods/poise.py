@@ -14,7 +14,8 @@ replies each from the final policy, each reply's prediction against its siblings
 with its mean prediction and the mean reward per digit count; with the CPU, date and versions.
 
     python benchmarks/methods/poise.py [--steps 20] [--bootstrap 4] [--eval-every 10]
-        [--seeds 0 1 2] [--batch-size 128] [--lr 1e-5] [--buffer 512] [--arms poise rloo]
+        [--seeds 0 1 2] [--batch-size 128] [--lr 1e-5] [--buffer 512] [--ridge-alpha 100]
+        [--arms poise rloo]
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
         f"model.name={model}", *TASK,
         f"train.steps={args.steps}", f"train.eval_every={args.eval_every}", f"train.seed={seed}",
         f"methods.poise.bootstrap_steps={args.bootstrap}", f"methods.poise.buffer={args.buffer}",
+        f"methods.poise.ridge_alpha={args.ridge_alpha}",
         f"rollout.batch_size={args.batch_size}", f"train.lr={args.lr}",
         *ARMS[name],  # last: rloo drops methods.poise, settings included
     ], run_dir, f"{name}-{seed}")  # fmt: skip
@@ -139,6 +141,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128, help="rollouts per step")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--buffer", type=int, default=512, help="probe rows (4 steps' worth)")
+    parser.add_argument(
+        "--ridge-alpha", type=float, default=100.0, help="the paper's 100 is for 4096 rows"
+    )
     parser.add_argument("--probe-prompts", type=int, default=100, help="held-out probe prompts")
     parser.add_argument("--probe-samples", type=int, default=8, help="replies per probe prompt")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
@@ -156,6 +161,8 @@ def main() -> None:
         bootstrap_steps=args.bootstrap,
         batch_size=args.batch_size,
         buffer=args.buffer,
+        ridge_alpha=args.ridge_alpha,
+        lr=args.lr,
     )
 
 
