@@ -112,11 +112,18 @@ class LayerFeatures:
 
 
 def _project(x: np.ndarray, fit: dict[str, np.ndarray]) -> np.ndarray:
-    """The ridge's design matrix: PCA of the prompt and response blocks, and the entropy."""
+    """The ridge's design matrix, unscaled: PCA of the prompt and response blocks, and the
+    entropy."""
     h = (x.shape[1] - 1) // 2
     prompt = (x[:, :h] - fit["prompt_mean"]) @ fit["prompt_components"].T
     response = (x[:, h : 2 * h] - fit["response_mean"]) @ fit["response_components"].T
     return np.concatenate([prompt, response, x[:, -1:]], axis=1)
+
+
+def _design(x: np.ndarray, fit: dict[str, np.ndarray]) -> np.ndarray:
+    """The ridge's design matrix: each column of _project standardised on the fit's rows (the
+    paper's StandardScaler), so ridge_alpha weighs every feature alike whatever its scale."""
+    return (_project(x, fit) - fit["scale_mean"]) / fit["scale_std"]
 
 
 @dataclass
@@ -148,7 +155,7 @@ class Probe:
         for domain, fit in self.fits.items():
             rows = np.array([d == domain for d in domains], dtype=bool)
             if rows.any():
-                out[rows] = _project(x[rows], fit) @ fit["coef"] + fit["intercept"]
+                out[rows] = _design(x[rows], fit) @ fit["coef"] + fit["intercept"]
         return torch.from_numpy(np.clip(out, 0.0, 1.0))
 
     def observe(self, features: torch.Tensor, domains: list[str], targets: torch.Tensor) -> None:
@@ -164,6 +171,7 @@ class Probe:
     def _fit(self, domain: str) -> None:
         from sklearn.decomposition import PCA  # imported on first use: it is slow to import
         from sklearn.linear_model import Ridge
+        from sklearn.preprocessing import StandardScaler
 
         data = self.buffers[domain].astype(np.float64)
         if len(data) < MIN_FIT_ROWS:
@@ -176,7 +184,9 @@ class Probe:
             # capped by the samples at hand early on; the full SVD is exact and deterministic
             pca = PCA(n_components=min(dims, *block.shape), svd_solver="full").fit(block)
             fit[f"{name}_mean"], fit[f"{name}_components"] = pca.mean_, pca.components_
-        ridge = Ridge(alpha=self.params.ridge_alpha).fit(_project(x, fit), y)
+        scaler = StandardScaler().fit(_project(x, fit))
+        fit["scale_mean"], fit["scale_std"] = scaler.mean_, scaler.scale_  # a constant column: 1
+        ridge = Ridge(alpha=self.params.ridge_alpha).fit(_design(x, fit), y)
         fit["coef"], fit["intercept"] = ridge.coef_, np.asarray(ridge.intercept_, dtype=np.float64)
         # C order, as a checkpoint restores them: a matmul's rounding depends on the layout, so a
         # resumed probe predicts bit for bit what the saved one did

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +11,7 @@ from rlvr.tasks.base import GeneratedTask
 from rlvr.tasks.paraphrase import reworded
 from rlvr.types import Problem
 
+Digits = Annotated[int, Field(ge=1, le=9)]
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
 # task.paraphrase: the same sum in words, one wording per problem
 REWORDINGS = {
@@ -28,8 +29,10 @@ class ArithmeticParams(BaseModel):
         min_length=1,
         description="Operations to draw from, uniformly: add, sub, mul.",
     )
-    digits: int = Field(
-        3, ge=1, le=9, description="Digits of each operand (of the first one for mul)."
+    digits: Digits | Annotated[list[Digits], Field(min_length=1)] = Field(
+        3,
+        description="Digits of each operand (of the first one for mul); a list = each problem "
+        "draws its digits from it uniformly, so problems differ in difficulty (e.g. [1, 2, 3, 4]).",
     )
     mul_digits: int = Field(1, ge=1, le=9, description="Digits of the second operand of mul.")
     scratchpad: Literal["short", "long"] = Field(
@@ -142,8 +145,11 @@ class ArithmeticTask(GeneratedTask):
 
     def draw(self, rng: random.Random) -> Problem:
         op = rng.choice(self.params.operations)
-        a = self._operand(rng, self.params.digits)
-        b = self._operand(rng, self.params.mul_digits if op == "mul" else self.params.digits)
+        digits = self.params.digits
+        if isinstance(digits, list):
+            digits = rng.choice(digits)
+        a = self._operand(rng, digits)
+        b = self._operand(rng, self.params.mul_digits if op == "mul" else digits)
         if op == "sub" and a < b:
             a, b = b, a
         answer = {"add": a + b, "sub": a - b, "mul": a * b}[op]

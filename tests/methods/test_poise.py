@@ -103,6 +103,46 @@ def test_the_probe_learns_a_linear_target():
     assert ((predictions >= 0) & (predictions <= 1)).all()  # clipped to a success rate
 
 
+def two_kinds(prompts, seed, hidden=6, signal=0.05):
+    """Two rollouts per prompt; a prompt is easy (success rate 0.9) or hard (0.1), as its
+    prompt feature says along one direction of small scale (std `signal` against 1 for the
+    noise), as one direction among many is in a real hidden state."""
+    g = np.random.default_rng(seed)
+    easy = np.repeat(g.random(prompts) < 0.5, 2)
+    x = g.normal(size=(2 * prompts, 2 * hidden + 1))
+    x[:, 0] = signal * np.where(easy, 1.0, -1.0)
+    rewards = (g.random(2 * prompts) < np.where(easy, 0.9, 0.1)).astype(float)
+    groups = torch.arange(prompts).repeat_interleave(2)
+    return torch.from_numpy(x).float(), torch.from_numpy(rewards), groups, torch.from_numpy(easy)
+
+
+def test_a_probe_that_reads_difficulty_has_held_out_skill_and_its_baseline_follows_it():
+    # the paper's ridge_alpha = 100 on the paper's standardised features; PCA keeps every
+    # direction (dims = hidden), so only the ridge could lose the small-scale signal
+    probe = Probe(Params(prompt_dims=6, response_dims=6, bootstrap_steps=0))
+    x, rewards, groups, _ = two_kinds(1000, seed=0)
+    probe.update(
+        x, ["math"] * len(x), rewards, groups, probe.baselines(x, ["math"] * len(x), rewards, 0)
+    )
+    # held-out prompts: the probe has never seen them
+    x, rewards, groups, easy = two_kinds(2000, seed=1)
+    guess = probe.baselines(x, ["math"] * len(x), rewards, step=1)
+    assert guess.used.all()
+    # the baseline follows the success rate, 0.9 for an easy prompt's sibling and 0.1 for a
+    # hard one, shrunk toward 0.5 by the ridge: the standardised feature is +-1, so its
+    # coefficient is 0.4 n / (n + alpha) = 0.4 * 2000 / 2100 and the predictions 0.5 +- 0.381
+    assert abs(guess.predictions[easy].mean() - 0.881) < 0.02
+    assert abs(guess.predictions[~easy].mean() - 0.119) < 0.02
+    metrics = probe.update(x, ["math"] * len(x), rewards, groups, guess)
+    # against the sibling's 0/1 reward even the true rate scores only Var(p) / Var(target) =
+    # 0.16 / (0.16 + 0.9 * 0.1) = 0.64: a near-constant probe scores about 0
+    assert 0.55 < metrics["poise/skill"] < 0.7
+    # r - p has variance p(1 - p) = 0.09; rloo's r_i - r_j twice that, 0.18; a constant 0.5
+    # baseline would give 0.25
+    assert abs(metrics["poise/adv_var"] - 0.09) < 0.015
+    assert abs(metrics["poise/rloo_adv_var"] - 0.18) < 0.02
+
+
 def test_buffers_are_per_domain_bounded_and_recent():
     probe = Probe(Params(buffer=50))
     x, y = synthetic(80)

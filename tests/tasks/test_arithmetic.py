@@ -124,6 +124,23 @@ def test_too_few_problems_for_the_eval_set_is_an_error():
         full.train_problem(0)
 
 
+def test_a_list_of_digits_mixes_problem_sizes_and_every_one_verifies():
+    t = task(ArithmeticParams(digits=[1, 2, 4]), eval_size=50)
+    problems = [t.train_problem(i) for i in range(300)]
+    sizes = [len(str(p.metadata["a"])) for p in problems]
+    assert set(sizes) == {1, 2, 4}
+    assert min(sizes.count(d) for d in (1, 2, 4)) > 60  # drawn uniformly: about 100 each
+    for p in problems:  # both operands of an addition have the problem's digit count
+        assert len(str(p.metadata["a"])) == len(str(p.metadata["b"]))
+    numeric = as_reward_fn(REWARDS[t.verifier])
+    assert all(numeric(p, t.demonstration(p)).status == "ok" for p in problems)
+    assert {len(str(p.metadata["a"])) for p in t.eval_problems()} == {1, 2, 4}
+    with pytest.raises(ValidationError):
+        ArithmeticParams(digits=[])
+    with pytest.raises(ValidationError):
+        ArithmeticParams(digits=[2, 10])
+
+
 def test_params_reject_unknown_keys_and_bad_values():
     with pytest.raises(ValidationError):
         ArithmeticParams(operations=["div"])
