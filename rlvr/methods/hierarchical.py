@@ -137,11 +137,9 @@ class TableCritic:
 class HierarchicalActorCritic(Method):
     """Nishikawa & Suzuki's alternation, one round per step. (1) KL-regularised sampling: the
     replies come from the policy, the last round's projection of the Gibbs actor. (2) Critic
-    fitting: a value model V (rlvr.train.critic, algo.critic_lr, algo.critic_updates) regresses
-    every reply prefix on the reply's reward (least squares, gamma = 1: V(prefix) -> E[f | prefix]),
-    each fit step moving V at most algo.value_clip from where it stood (the paper's
-    W_{h+1} = W_h + clip(T_h - W_h, +-Delta)); W(y) is V at the reply's last token. (3) Policy
-    update toward the maximiser of E[W] - beta KL(pi || pi_ref),
+    fitting, on the step's replies before W scores them (ValueCritic or TableCritic), each fit
+    step moving W at most algo.value_clip (the paper's W_{h+1} = W_h + clip(T_h - W_h, +-Delta)).
+    (3) Policy update toward the maximiser of E[W] - beta KL(pi || pi_ref),
 
         pi*(y | x) = pi_ref(y | x) exp(W(x, y) / beta) / Z(x),
 
