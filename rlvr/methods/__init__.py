@@ -6,6 +6,7 @@ from __future__ import annotations
 from rlvr.config import Config
 from rlvr.methods.c3po import C3PO
 from rlvr.methods.direct_opd import DirectOPD
+from rlvr.methods.hierarchical import HierarchicalActorCritic
 from rlvr.methods.parason import Parason
 from rlvr.methods.poise import POISE
 from rlvr.methods.repexp import RepExp
@@ -34,6 +35,7 @@ def build_methods(cfg: Config, task) -> Methods:
 METHODS: dict[str, type[Method]] = {
     "c3po": C3PO,
     "direct_opd": DirectOPD,
+    "hierarchical": HierarchicalActorCritic,
     "parason": Parason,
     "poise": POISE,
     "repexp": RepExp,

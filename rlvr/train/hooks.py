@@ -128,6 +128,11 @@ class Method:
     def advantage_inputs(self, step: Step, inputs: AdvInputs) -> None:
         """Fill the AdvInputs fields the method `provides`, before the estimator runs."""
 
+    def advantages(self, step: Step, inputs: AdvInputs) -> torch.Tensor | None:
+        """[B, T-1] advantages in place of algo.advantage's, for a method that is its own
+        estimator (weights toward a target distribution it fits); None leaves the estimator's."""
+        return None
+
     def after_advantages(self, step: Step, inputs: AdvInputs) -> None:
         """The advantages are taken: what depended on not having seen this batch may see it."""
 
@@ -198,6 +203,17 @@ class Methods:
     def advantage_inputs(self, step: Step, inputs: AdvInputs) -> None:
         for method in self.chosen.values():
             method.advantage_inputs(step, inputs)
+
+    def advantages(self, step: Step, inputs: AdvInputs) -> torch.Tensor | None:
+        """The advantages of the one chosen method that estimates them, or None."""
+        given = {name: method.advantages(step, inputs) for name, method in self.chosen.items()}
+        given = {name: advantages for name, advantages in given.items() if advantages is not None}
+        if len(given) > 1:
+            raise ValueError(
+                f"methods {', '.join(given)} each estimate the advantages, and a step has one "
+                "set; fix: keep one of them"
+            )
+        return next(iter(given.values()), None)
 
     def after_advantages(self, step: Step, inputs: AdvInputs) -> None:
         for method in self.chosen.values():

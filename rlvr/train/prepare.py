@@ -201,11 +201,13 @@ class UpdatePreparer:
     def advantages(
         self, step: Step, inputs: AdvInputs, values: torch.Tensor | None, offsets
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The estimator's advantages [B, T-1] plus a method's `offsets`, and the critic's
-        targets (before the offsets: shaping is no return)."""
+        """The estimator's advantages [B, T-1] (or a method's own) plus a method's `offsets`, and
+        the critic's targets (before the offsets: shaping is no return)."""
         cfg, mask = self.cfg, step.batch.loss_mask
         self.methods.advantage_inputs(step, inputs)
-        advantages = self.components.advantage(inputs, cfg.algo)
+        advantages = self.methods.advantages(step, inputs)
+        if advantages is None:
+            advantages = self.components.advantage(inputs, cfg.algo)
         self.reward_baseline.update(inputs.rewards)  # after: a baseline never sees its own batch
         self.methods.after_advantages(step, inputs)  # likewise what a method fits on the batch
         returns = None
