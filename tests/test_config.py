@@ -297,7 +297,11 @@ def test_a_config_file_that_is_not_utf8_names_the_file_line_and_fix(tmp_path, su
     ("overrides", "names"),
     [
         (["rollout.max_staleness=1"], ["distributed.backend=ray"]),
-        (["distributed.backend=ray", "rollout.max_staleness=1"], ["algo.tis=token"]),
+        (
+            ["distributed.backend=ray", "rollout.max_staleness=1"],
+            ["algo.tis=token", "algo.loss=dis"],
+        ),
+        (["algo.loss=dis", "algo.tis=token"], ["weigh it twice", "algo.tis=off"]),
         (["distributed.backend=ray", "rollout.partial_tokens=8"], ["rollout.max_staleness=1"]),
         (
             [
@@ -320,6 +324,12 @@ def test_distributed_settings_that_cannot_work_name_the_fix(overrides, names):
     with pytest.raises(ConfigError) as e:
         load_config(None, overrides)
     assert all(name in str(e.value) for name in names)
+
+
+def test_dis_trains_stale_samples_without_the_decoupled_objective():
+    """dis's ratio is to the engine that sampled, which is the correction a stale sample needs."""
+    cfg = load_config(None, ["distributed.backend=ray", "rollout.max_staleness=1", "algo.loss=dis"])
+    assert cfg.algo.tis == "off"
 
 
 def test_partial_rollouts_accepted_with_their_prerequisites():

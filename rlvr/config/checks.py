@@ -108,12 +108,19 @@ def check_replay(cfg: Config) -> None:
 
 
 def check_staleness_weights(cfg: Config) -> None:
-    """Samples of older weights train through the decoupled objective (algo.tis)."""
-    r = cfg.rollout
-    if r.max_staleness and cfg.algo.tis == "off":
+    """Samples of older weights train through an importance weight to the engine that sampled
+    them: the decoupled objective (algo.tis), or the `dis` loss, whose ratio is that weight."""
+    r, a = cfg.rollout, cfg.algo
+    if a.loss == "dis" and a.tis != "off":
+        raise ValueError(
+            f"algo.loss = 'dis' weighs each token by pi / pi_behaviour already, so algo.tis = "
+            f"'{a.tis}' would weigh it twice; fix: algo.tis=off (dis corrects stale samples too)"
+        )
+    if r.max_staleness and a.tis == "off" and a.loss != "dis":
         raise ValueError(
             f"rollout.max_staleness = {r.max_staleness} trains on samples of older weights, "
-            "which needs the decoupled objective; fix: algo.tis=token (or sequence)"
+            "which needs the decoupled objective; fix: algo.tis=token (or sequence), or "
+            "algo.loss=dis"
         )
 
 

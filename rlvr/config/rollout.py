@@ -135,8 +135,9 @@ class RolloutConfig(Section):
         ge=0,
         description="Asynchronous RL (needs distributed.backend='ray'): rollout runs up to this "
         "many policy versions ahead of training. 0 is the synchronous loop; 1 samples step s+1 "
-        "with step s's weights while step s trains (one-step-off). Needs algo.tis != 'off': the "
-        "decoupled objective weighs each token by pi_proximal / pi_behaviour.",
+        "with step s's weights while step s trains (one-step-off). Needs algo.tis != 'off' (the "
+        "decoupled objective weighs each token by pi_proximal / pi_behaviour) or algo.loss = "
+        "'dis', whose ratio is to pi_behaviour already.",
     )
     partial_tokens: int = Field(
         0,

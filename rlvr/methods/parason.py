@@ -78,6 +78,8 @@ def parallel_shaping(
         "parallel/bonus": float(bonus.mean()),
         "parallel/acceleration": float(acceleration.mean()),
         "parallel/critical_path_tokens": mean([s.critical_path_tokens for s in stats]),
+        "parallel/subtask_ratio": float(structure[:, 0].mean()),
+        "parallel/trial_ratio": float(structure[:, 1].mean()),
         "parallel/parallel_ratio": float(structure[:, 2].mean()),
         "parallel/well_formed": mean([s.well_formed for s in stats]),
         "parallel/regions": mean([s.regions for s in stats]),

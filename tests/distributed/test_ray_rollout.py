@@ -1,9 +1,11 @@
 """Ray rollout workers and trainer ranks on this machine: what they sample, that runs on them
 learn, resume exactly, survive a killed worker, and fail loudly instead of hanging."""
 
+import copy
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ from rlvr.rollout import HFEngine
 from rlvr.rollout.build import make_runner, sampling_params
 from rlvr.train.components import build_components
 from rlvr.train.trainer import Trainer
+from rlvr.train.update import batch_logprobs
+from rlvr.types import Batch
 
 # One worker runs every test of the digits=2 warm start (this, the e2e runs), so it is built
 # once and no worker idles on another's lock; and never are two local Rays up at once.
@@ -35,6 +39,9 @@ SMALL = [
     "train.eval_every=0",
     "algo.tis=token",
 ]
+
+
+SAO = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "sao.toml"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -198,3 +205,64 @@ def test_a_stuck_rollout_raises_instead_of_hanging(fast_overrides):
     trainer.source.timeout = 1e-3  # no worker answers this fast
     with pytest.raises(RolloutTimeoutError, match="distributed.rollout_timeout"):
         trainer.run()
+
+
+def test_sao_trains_stale_partial_samples_through_dis_on_the_engines_logprobs(fast_overrides):
+    """SAO one-step-off with partial rollouts: each token of a stale sample enters the dis loss
+    with the logprob of the weights that sampled it (its version, per token), not the policy's
+    now."""
+    cfg = load_config(SAO, [
+        *fast_overrides, *[o for o in SMALL if o != "algo.tis=token"], "rollout.group_size=1",
+        "rollout.max_staleness=1", "rollout.partial_tokens=4", "distributed.rollout_workers=1",
+        "algo.critic_warmup_steps=0", "train.lr=1e-3", "train.steps=3", "train.micro_batch_size=16",
+        "log.name=sao-async",
+    ])  # fmt: skip
+    trainer = Trainer(cfg)
+    model, source, pad = trainer.model, trainer.source, trainer.tokenizer.pad_token_id
+    weights = {0: copy.deepcopy(model.state_dict())}  # the policy each version sampled with
+    collected, losses = [], []
+    sync, collect, loss = source.sync, source.collect, trainer.components.loss
+
+    def snapshotting_sync(policy, version):
+        weights[version] = copy.deepcopy(policy.state_dict())
+        sync(policy, version)
+
+    def recording_collect(problems, group_size, seed):
+        collected.append(collect(problems, group_size, seed))
+        return collected[-1]
+
+    def recording_loss(inputs, algo):
+        losses.append((trainer.state["step"], inputs))
+        return loss(inputs, algo)
+
+    source.sync, source.collect = snapshotting_sync, recording_collect
+    trainer.components.loss = recording_loss
+    trainer.run()
+
+    # step 2's batch, submitted at step 1: version 1, some tokens 2 (a segment after the sync),
+    # 0 for a group carried over from batch 1
+    trajectories = collected[2]
+    batch = Batch.from_trajectories(trajectories, pad)
+    under = {}
+    policy = copy.deepcopy(model)
+    for version in range(3):
+        policy.load_state_dict(weights[version])
+        under[version] = batch_logprobs(policy, batch, 16, cfg.rollout.temperature)
+    versions = torch.full_like(batch.loss_mask, -1, dtype=torch.long)
+    for row, t in enumerate(trajectories):
+        versions[row, : len(t.versions) - 1] = torch.tensor(t.versions[1:])
+    on = batch.loss_mask.bool()
+    assert set(versions[on].tolist()) <= {0, 1, 2} and (versions[on] < 2).any()  # stale tokens
+    sampled_by = torch.stack([under[v] for v in range(3)]).gather(0, versions.clamp(min=0)[None])[0]
+    torch.testing.assert_close(batch.behaviour_logprobs[on], sampled_by[on], atol=1e-4, rtol=0)
+    moved = (under[2] - sampled_by)[on & (versions < 2)].abs().max()
+    assert moved > 1e-3  # the policy the loss trains moved since the stale tokens were sampled
+    # the loss's own rows, whatever their order: |behaviour - current| over their tokens is the
+    # engine's numbers against the policy now (a loss fed the recomputed logprobs would see 0)
+    inputs = [i for step, i in losses if step == 2]
+    fed = sum(
+        float((i.behaviour_logprobs - i.logprobs.detach())[i.loss_mask.bool()].abs().sum())
+        for i in inputs
+    )
+    engine = float((batch.behaviour_logprobs - under[2])[on].abs().sum())
+    assert fed == pytest.approx(engine, rel=1e-5) and fed > 0.1

@@ -20,6 +20,23 @@ LONG = (  # 9 + 11 + 11 + 1 = 32 tokens, 21 on the path: acceleration 32/21, ove
     "<Thread>123456789</Thread><Thread>987654321</Thread></Parallel>"
 )
 SEQUENTIAL = "12+34 = 46 #### 46"
+TRIALS = (  # 9 + 6 + 4 + 1 + 6 = 26 tokens, 10 in trial threads
+    "<Parallel><Outlines><Trial>x</Trial><Trial>y</Trial></Outlines>"
+    "<Thread>1234</Thread><Thread>12</Thread></Parallel>#### 7"
+)
+MIXED = TRIALS.replace("<Trial>x</Trial>", "<Subtask>x</Subtask>")  # 4 of 26 in its trial
+
+
+def spy_rewards(trainer) -> list[torch.Tensor]:
+    """The rewards the advantage estimator reads, one tensor per step."""
+    original, seen = trainer.components.advantage, []
+
+    def spy(inputs, algo):
+        seen.append(inputs.rewards.clone())
+        return original(inputs, algo)
+
+    trainer.components.advantage = spy
+    return seen
 
 
 def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overrides):
@@ -57,21 +74,50 @@ def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overri
     assert step["parallel/well_formed"] == 1.0
 
 
-class ScriptedTrace:
-    """An Engine that writes one region of two subtasks, a thread per dispatched opening and a
-    conclusion, each token's logprob the model's own on the exact context it was handed."""
+def test_trial_beta_pays_correct_replies_the_group_zscore_of_their_trial_share(fast_overrides):
+    """Shares [10/26, 4/26, 10/26, 0] in every group: mean 6/26, population std sqrt(72)/52, so
+    the z-scores are 2 sqrt(2)/3, -sqrt(2)/3, 2 sqrt(2)/3, -sqrt(2); the third is wrong (no bonus)
+    but counts in the z-score, as in the paper's reward manager."""
+    overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1",
+                 "methods.parason.trial_beta=0.1", "train.steps=1", "model.pretrain_steps=2"]  # fmt: skip
+    trainer = Trainer(load_config(None, fast_overrides + overrides))
+    seen, collect, before = spy_rewards(trainer), trainer.rollout, []
+    rewrites = [(TRIALS, True), (MIXED, True), (TRIALS, False), (SEQUENTIAL, True)]
+    expected = [0.1 * 2 * 2**0.5 / 3, -0.1 * 2**0.5 / 3, 0.0, -0.1 * 2**0.5]
 
-    def __init__(self, model, tokenizer):
-        self.model, self.tokenizer = model, tokenizer
+    def rewritten_rollout(timings):
+        trajectories, baselines, sampling = collect(timings)
+        for trajectory in trajectories:
+            trajectory.response_text, trajectory.correct = rewrites[trajectory.sample_index % 4]
+        before.extend((t.reward, expected[t.sample_index % 4]) for t in trajectories)
+        return trajectories, baselines, sampling
+
+    trainer.rollout = rewritten_rollout
+    step = trainer.step()
+    rewards = torch.tensor([reward + bonus for reward, bonus in before])
+    assert torch.allclose(seen[0], rewards.float(), atol=1e-6)
+    assert step["parallel/bonus"] == pytest.approx(sum(expected) / 4, abs=1e-6)
+    assert step["parallel/trial_ratio"] == pytest.approx((10 + 4 + 10 + 0) / 26 / 4)
+    assert step["parallel/subtask_ratio"] == pytest.approx((0 + 6 + 0 + 0) / 26 / 4)
+
+
+class ScriptedTrace:
+    """An Engine that writes one region of two outlines, a thread per dispatched opening and a
+    conclusion, each token's logprob the model's own on the exact context it was handed. The
+    outlines are `kinds[seed % len(kinds)]` of the reply's sampling seed."""
+
+    def __init__(self, model, tokenizer, kinds=(("Subtask", "Subtask"),)):
+        self.model, self.tokenizer, self.kinds = model, tokenizer, kinds
 
     def generate(self, prompts, params, seeds=None):
         outs = []
-        for ids in prompts:
+        for i, ids in enumerate(prompts):
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             if text.endswith(("<Thread>1:", "<Thread>2:")):
                 reply, reason = f"{text[-2] * 3}</Thread>", "stop"
             elif "<Parallel>" not in text:
-                reply = "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines>"
+                a, b = self.kinds[(seeds[i] if seeds else 0) % len(self.kinds)]
+                reply = f"<Parallel><Outlines><{a}>a</{a}><{b}>b</{b}></Outlines>"
                 reason = "stop"
             else:
                 reply, reason = "</Parallel>#### 3", "eos"
@@ -138,6 +184,44 @@ def test_dispatched_threads_train_on_their_own_context_with_their_episodes_advan
         assert advantage.abs().min() > 0.1 and len(advantage.unique()) == 1
         thread = data.advantages[episodes + row][data.batch.loss_mask[episodes + row].bool()]
         assert torch.equal(thread, advantage[: len(thread)])
+
+
+def test_dispatched_trials_earn_trial_beta_on_their_measured_share(fast_overrides):
+    """Dispatched replies of two trials, a trial and a subtask, or two subtasks (by sampling
+    seed): each 9 + 7 + 7 + 7 = 30 tokens ("<Thread>k:" is 3, "kkk</Thread>" 4, the ending
+    "</Parallel>#### 3" 7), so trial shares 14/30, 7/30, 0; the bonus is 0.1 times the group
+    z-score of the share, on correct replies only."""
+    overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1", "train.steps=1",
+                 "model.pretrain_steps=2", "methods.parason.dispatch=true",
+                 "methods.parason.trial_beta=0.1", "rollout.max_new_tokens=64"]  # fmt: skip
+    trainer = Trainer(load_config(None, fast_overrides + overrides))
+    kinds = (("Trial", "Trial"), ("Subtask", "Trial"), ("Subtask", "Subtask"))
+    trainer.source.runner.engine.engine = ScriptedTrace(trainer.model, trainer.tokenizer, kinds)
+    seen, collect, sampled = spy_rewards(trainer), trainer.rollout, []
+
+    def graded_rollout(timings):  # odd samples are right, whatever the script wrote
+        trajectories, baselines, sampling = collect(timings)
+        for trajectory in trajectories:
+            trajectory.correct = bool(trajectory.sample_index % 2)
+            trajectory.turn_rewards = [float(trajectory.correct)]
+        sampled.extend(trajectories)
+        return trajectories, baselines, sampling
+
+    trainer.rollout = graded_rollout
+    trainer.step()
+    share = {2: 14 / 30, 1: 7 / 30, 0: 0.0}
+    shares = torch.tensor([share[t.response_text.count("<Trial>")] for t in sampled])
+    assert all(t.response_text.count("<Thread>") == 2 for t in sampled)  # both dispatched
+    groups = torch.tensor([t.group_id for t in sampled])
+    bonus = torch.zeros(len(sampled))
+    for g in groups.unique():
+        v = shares[groups == g]
+        if v.std(correction=0) > 0:
+            bonus[groups == g] = 0.1 * (v - v.mean()) / v.std(correction=0)
+    correct = torch.tensor([t.correct for t in sampled])
+    expected = correct.float() + torch.where(correct, bonus, 0.0)
+    assert torch.allclose(seen[0], expected, atol=1e-6)
+    assert (expected != correct.float()).sum() >= 4  # some groups mixed their kinds
 
 
 @pytest.mark.parametrize(

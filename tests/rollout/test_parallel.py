@@ -94,11 +94,11 @@ def test_a_broken_trace_names_the_fault_and_counts_as_sequential(text, why):
 
 
 class ScriptedPolicy:
-    """An Engine that writes one region of two subtasks, a thread per dispatched opening, then
-    the conclusion; it records every context it was asked to continue."""
+    """An Engine that writes one region of two outlines of `kind`, a thread per dispatched
+    opening, then the conclusion; it records every context it was asked to continue."""
 
-    def __init__(self):
-        self.contexts = []
+    def __init__(self, kind: str = "Subtask"):
+        self.contexts, self.kind = [], kind
 
     def generate(self, prompts, params, seeds=None):
         outs = []
@@ -108,7 +108,8 @@ class ScriptedPolicy:
             if text.endswith(("<Thread>1:", "<Thread>2:")):
                 reply, reason = f" work{text[-2]}</Thread>", "stop"
             elif "<Parallel>" not in text:
-                reply = "go <Parallel><Outlines><Subtask>1: a</Subtask><Subtask>2: b</Subtask></Outlines>"
+                k = self.kind
+                reply = f"go <Parallel><Outlines><{k}>1: a</{k}><{k}>2: b</{k}></Outlines>"
                 reason = "stop"
             else:
                 reply, reason = "</Parallel> #### 3", "eos"
@@ -144,6 +145,31 @@ def test_dispatch_runs_each_thread_blind_to_its_siblings():
     second = next(c for c in engine.contexts if c.endswith("<Thread>2:"))
     assert "work1" not in second  # the sibling's work is not in its context
     assert stats(episode.text).well_formed
+
+
+def test_trials_are_dispatched_as_blind_siblings_and_cost_only_the_longest():
+    """<Trial> threads (speculative attempts) run as <Subtask> threads do, the form the paper's
+    release gives both: each dispatched blind to the others, all joined before the main path
+    goes on, so the critical path counts only the longest and the trial ratio all of them."""
+    engine = ScriptedPolicy("Trial")
+    prompt = TOKENIZER("q=", add_special_tokens=False)["input_ids"]
+    (episode,) = generate_parallel(engine, [prompt], TOKENIZER, SamplingParams(200), seeds=[7])
+    head = "go <Parallel><Outlines><Trial>1: a</Trial><Trial>2: b</Trial></Outlines>"
+    assert episode.text == (
+        head + "<Thread>1: work1</Thread><Thread>2: work2</Thread></Parallel> #### 3"
+    )
+    assert episode.threads == 2 and episode.finish_reason == "eos"
+    second = next(c for c in engine.contexts if c.endswith("<Thread>2:"))
+    assert second == "q=" + head + "<Thread>2:"  # blind to trial 1
+    (row,) = episode.rows  # trial 2 trains on that context, as its own sequence
+    context = len(row.token_ids) - sum(row.loss_mask)
+    assert TOKENIZER.decode(row.token_ids[context:]) == " work2</Thread>"
+    s = stats(episode.text)
+    # "go " 3 | <P><O> 2 | two outlines of 1 + 4 + 1 | </O> 1 | two threads of 1 + 8 + 1 |
+    # </P> 1 | " #### 3" 7: 46 tokens; the path skips one thread (10); trials hold 20
+    assert (s.total_tokens, s.critical_path_tokens) == (46, 36)
+    assert (s.trial_ratio, s.subtask_ratio, s.parallel_ratio) == (20 / 46, 0.0, 20 / 46)
+    assert s.acceleration == pytest.approx(46 / 36)
 
 
 def test_dispatch_trains_each_token_on_the_context_it_was_sampled_from():
