@@ -135,7 +135,10 @@ class TableCritic:
 
 
 class HierarchicalActorCritic(Method):
-    """Nishikawa & Suzuki's alternation, one round per step. (1) KL-regularised sampling: the
+    """Nishikawa & Suzuki's alternation of sampling, critic fitting and a policy update toward
+    the KL-regularised optimum, one round per step.
+
+    (1) KL-regularised sampling: the
     replies come from the policy, the last round's projection of the Gibbs actor. (2) Critic
     fitting, on the step's replies before W scores them (ValueCritic or TableCritic), each fit
     step moving W at most algo.value_clip (the paper's W_{h+1} = W_h + clip(T_h - W_h, +-Delta)).

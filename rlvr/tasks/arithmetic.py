@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import random
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rlvr.tasks.base import GeneratedTask
 from rlvr.tasks.paraphrase import reworded
 from rlvr.types import Problem
 
-Digits = Annotated[int, Field(ge=1, le=9)]
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
 # task.paraphrase: the same sum in words, one wording per problem
 REWORDINGS = {
@@ -29,7 +28,7 @@ class ArithmeticParams(BaseModel):
         min_length=1,
         description="Operations to draw from, uniformly: add, sub, mul.",
     )
-    digits: Digits | Annotated[list[Digits], Field(min_length=1)] = Field(
+    digits: int | list[int] = Field(
         3,
         description="Digits of each operand (of the first one for mul); a list = each problem "
         "draws its digits from it uniformly, so problems differ in difficulty (e.g. [1, 2, 3, 4]).",
@@ -41,6 +40,14 @@ class ArithmeticParams(BaseModel):
         "'long' works each partial product digit by digit and then sums them column by column "
         "(hundreds of tokens at 4 x 3 digits and up).",
     )
+
+    @field_validator("digits")
+    @classmethod
+    def _digit_counts(cls, digits: int | list[int]) -> int | list[int]:
+        counts = digits if isinstance(digits, list) else [digits]
+        if not counts or not all(1 <= n <= 9 for n in counts):
+            raise ValueError("takes a digit count from 1 to 9, or a non-empty list of them")
+        return digits
 
 
 def _digits(n: int, width: int) -> list[int]:
