@@ -61,7 +61,7 @@ RENAMED = {
     "rollout.branch_share": "methods.w2spo.share",
     "algo.weight_samples": "methods.c3po.weight_samples",
     "algo.weight_noise_ess": "methods.c3po.ess",
-    "algo.weight_noise_floor": "methods.c3po.floor",
+    "algo.weight_noise_floor": "methods.c3po.prior_precision",
     **{
         f"algo.poise_{k}": f"methods.poise.{k}"
         for k in (

@@ -87,7 +87,7 @@ def test_null_turns_off_a_method_a_file_enables():
         ("rollout.dispatch_threads=true", "methods.parason.dispatch"),
         ("algo.parallel_latency_alpha=0.1", "methods.parason.latency_alpha"),
         ("rollout.branch_model=weak", "methods.w2spo.model"),
-        ("algo.weight_noise_floor=0.1", "methods.c3po.floor"),
+        ("algo.weight_noise_floor=0.1", "methods.c3po.prior_precision"),
     ],
 )
 def test_a_moved_key_names_its_new_home(old, new):

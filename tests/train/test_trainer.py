@@ -69,10 +69,10 @@ def parity(problem, response):
     [
         [],
         ["model.lora.r=4", "model.lora.dropout=0.1", "train.lr=1e-3"],
-        # 3PO: the weight draws follow the optimizer's second moments, which the checkpoint keeps
+        # 3PO: the weight draws follow IVON's Hessian estimate, which the checkpoint keeps
         [
             "model.lora.r=4",
-            "train.lr=1e-3",
+            "train.lr=0.05",
             "methods.c3po.weight_samples=2",
             "algo.tis=sequence_mask",
         ],
@@ -82,6 +82,8 @@ def parity(problem, response):
 def test_interrupted_and_resumed_run_equals_uninterrupted(
     fast_overrides, tmp_path, monkeypatch, lora
 ):
+    if "methods.c3po.weight_samples=2" in lora:
+        pytest.importorskip("ivon")
     monkeypatch.setitem(
         REWARDS, "parity", parity
     )  # varies within groups, so every step moves the model
@@ -129,9 +131,9 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(
     if (
         "methods.c3po.weight_samples=2" in lora
     ):  # the replies came from weights off the trained ones
-        assert all(a[s]["mismatch/abs_diff_mean"] > 1e-3 for s in a)
+        assert all(a[s]["mismatch/abs_diff_mean"] > 1e-4 for s in a)
         assert all(
-            a[s]["rollout/weight_sigma_mean"] == b[s]["rollout/weight_sigma_mean"] for s in a
+            a[s]["rollout/weight_sigma_median"] == b[s]["rollout/weight_sigma_median"] for s in a
         )
     for p, q in zip(straight.model.parameters(), resumed.model.parameters()):
         assert torch.equal(p, q)
