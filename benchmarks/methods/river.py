@@ -31,7 +31,7 @@ turn-level repetition penalty.
 Prints one JSON object with every arm's numbers per seed, the CPU, date and versions.
 
     python benchmarks/methods/river.py [--part filter|repetition|audit|all] [--seeds 0 1 2]
-        [--steps 30] [--batch-size 64] [--pool 256] [--audit-steps 150] [--held-out 200]
+        [--steps 30] [--batch-size 64] [--pool 256] [--audit-steps 400] [--held-out 200]
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def main() -> None:
     parser.add_argument("--eval-size", type=int, default=100, help="(a): held-out problems")
     parser.add_argument("--digits", type=int, default=3, help="(c): digits of each operand")
     parser.add_argument("--held-out", type=int, default=200, help="(c): held-out environments")
-    parser.add_argument("--audit-steps", type=int, default=150, help="(c): auditor warm start")
+    parser.add_argument("--audit-steps", type=int, default=400, help="(c): auditor warm start")
     parser.add_argument("--audit-batch", type=int, default=32)
     parser.add_argument("--audit-lr", type=float, default=1e-3)
     parser.add_argument("--audit-tokens", type=int, default=100, help="(c): longest verdict")
