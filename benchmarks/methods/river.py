@@ -18,10 +18,20 @@ turn-level repetition penalty.
     of episodes with a repeat, before and after RL, sampled (temperature 1, --eval-k each) and
     greedy; success rate.
 
+(c) audit: what the deterministic check (verifier_consistent) and the LLM audit (llm_audit) each
+    remove from held-out planted environments (rlvr.tasks.planted: good ones beside a wrong
+    reference, an impossible task, a leaking hint and a lenient verifier). The auditor is the
+    tiny model (no hub model offline): the default arithmetic warm start, then the warm-start
+    machinery (supervised_train) on --audit-steps batches of worked audits of planted
+    environments of train operand pairs (PlantedAudits); it is measured on the environments
+    of the held-out pairs, through methods.river's own judge path (model directory, 'hf'
+    engine, TINY_RUBRIC, greedy). The untrained tiny model is audited alike, as the control.
+    Per seed the planted sets, held-out pairs and fine-tuning order differ.
+
 Prints one JSON object with every arm's numbers per seed, the CPU, date and versions.
 
-    python benchmarks/methods/river.py [--part filter|repetition|both] [--seeds 0 1]
-        [--steps 30] [--batch-size 64] [--pool 256]
+    python benchmarks/methods/river.py [--part filter|repetition|audit|all] [--seeds 0 1 2]
+        [--steps 30] [--batch-size 64] [--pool 256] [--audit-steps 400] [--held-out 200]
 """
 
 from __future__ import annotations
@@ -34,19 +44,31 @@ import time
 from dataclasses import replace
 from functools import partial
 
+import torch
 from machine import machine
 
-from rlvr.algos.shaping import repeated_turns, turn_texts
 from rlvr.config import load_config
 from rlvr.envs.single_turn import SingleTurnEnv
-from rlvr.methods.river import FilteredTask
+from rlvr.methods.river import (
+    FilteredTask,
+    Params,
+    audit_decisions,
+    auditor,
+    repeated_turns,
+    turn_texts,
+    verifier_consistent,
+)
+from rlvr.models.loading import load_model
+from rlvr.models.tiny import build_model, build_tokenizer
 from rlvr.rewards.match import numeric_match
 from rlvr.tasks.arithmetic import SOLVERS, ArithmeticTask
 from rlvr.tasks.base import seeded_rng
 from rlvr.tasks.guess_number import GuessNumberTask
-from rlvr.train.components import build_components
+from rlvr.tasks.planted import KINDS as PLANTED_KINDS
+from rlvr.tasks.planted import PlantedAudits
+from rlvr.train.components import Components, build_components, build_task
 from rlvr.train.trainer import Trainer
-from rlvr.train.warmstart import ensure_warm_start
+from rlvr.train.warmstart import ensure_warm_start, supervised_train
 from rlvr.types import Message, Problem, Score
 
 BROKEN = {"always_zero": 0.15, "shortcut": 0.15}  # the rest are clean
@@ -221,9 +243,94 @@ LOOPY = [
 ]  # fmt: skip
 
 
+# The tiny model has 512 positions: the statement first, as the arithmetic warm start saw it,
+# and no instructions (the warm-started auditor learns the reply's form from its demonstrations).
+TINY_RUBRIC = "{statement}\nreference {reference}"
+
+
+def audit_task(args, seed: int) -> PlantedAudits:
+    """Worked audits of planted environments; its eval environments are the held-out pairs."""
+    cfg = load_config(None, audit_overrides(args, seed))
+    return build_task(cfg)
+
+
+def audit_overrides(args, seed: int) -> list[str]:
+    return [
+        "task.name=rlvr.tasks.planted:PlantedAudits", f"task.rubric={json.dumps(TINY_RUBRIC)}",
+        f"task.digits={args.digits}", f"task.eval_size={args.held_out}", f"train.seed={seed}",
+        f"model.pretrain_steps={args.audit_steps}", f"model.pretrain_batch_size={args.audit_batch}",
+        f"model.pretrain_lr={args.audit_lr}", "model.pretrain_flawed_share=0",
+    ]  # fmt: skip
+
+
+def train_auditor(args, seed: int, base: str, out: str) -> dict:
+    """The arithmetic warm start, fine-tuned on worked audits by the warm-start machinery."""
+    cfg = load_config(None, audit_overrides(args, seed))
+    model, tokenizer = load_model(base, "float32", False)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    trained = supervised_train(model, tokenizer, build_task(cfg), cfg)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"loss": round(trained["loss"], 4), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def untrained(out: str, seed: int) -> str:
+    tokenizer = build_tokenizer()
+    build_model("nano", tokenizer, seed=seed).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def removal_table(environments: list[Problem], removed: dict[str, list[bool]]) -> dict:
+    """Per planted kind: how many there are, and how many each filter removed."""
+    table = {}
+    for kind in PLANTED_KINDS:
+        rows = [i for i, e in enumerate(environments) if e.metadata["planted"] == kind]
+        table[kind] = {"n": len(rows)} | {
+            name: sum(marks[i] for i in rows) for name, marks in removed.items()
+        }
+    return table
+
+
+def run_audit_seed(args, seed: int, base: str, run_dir: str) -> dict:
+    task = audit_task(args, seed)
+    environments = task.environments.eval_problems()  # pairs the auditor never trained on
+    cfg = load_config(None, [f"train.seed={seed}"])
+    screen = Components(task.environments, None, None, None, None, None)
+    start = time.perf_counter()
+    kept = verifier_consistent(cfg, Params(), screen, environments, None, None)
+    check_seconds = time.perf_counter() - start
+    models = {"tiny_auditor": f"{run_dir}/auditor-{seed}", "untrained": f"{run_dir}/raw-{seed}"}
+    training = train_auditor(args, seed, base, models["tiny_auditor"])
+    untrained(models["untrained"], seed)
+    removed, unusable, seconds, examples = {"verifier_check": (~kept).tolist()}, {}, {}, {}
+    for name, path in models.items():
+        audit = {"model": path, "rubric": TINY_RUBRIC, "max_new_tokens": args.audit_tokens}
+        start = time.perf_counter()
+        verdicts = auditor(cfg, Params(audit=audit).audit, None, None)(environments)
+        seconds[name] = round(time.perf_counter() - start, 1)
+        removed[f"llm_audit:{name}"] = (~audit_decisions(verdicts, "keep")).tolist()
+        unusable[name] = sum(v.status != "ok" for v in verdicts)
+        replies = {e.metadata["planted"]: (e, v) for e, v in zip(environments, verdicts)}
+        examples[name] = {
+            kind: [e.prompt, e.answer, v.info.get("judge_output")]
+            for kind, (e, v) in replies.items()
+        }
+    check, audited = removed["verifier_check"], removed["llm_audit:tiny_auditor"]
+    removed["both:tiny_auditor"] = [a or b for a, b in zip(check, audited)]
+    return {
+        "removed_by_kind": removal_table(environments, removed),
+        "unusable_verdicts": unusable,  # kept (on_unusable = keep)
+        "example_replies": examples,  # per kind: statement, reference, the judge's reply
+        "auditor_training": training,
+        "seconds": {"verifier_check": round(check_seconds, 2), **seconds},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["filter", "repetition", "both"], default="both")
+    parser.add_argument("--part", choices=["filter", "repetition", "audit", "all"], default="all")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -231,16 +338,22 @@ def main() -> None:
     parser.add_argument("--eval-k", type=int, default=4, help="(b): samples per eval secret")
     parser.add_argument("--pool", type=int, default=256, help="(a): problems screened")
     parser.add_argument("--eval-size", type=int, default=100, help="(a): held-out problems")
+    parser.add_argument("--digits", type=int, default=3, help="(c): digits of each operand")
+    parser.add_argument("--held-out", type=int, default=200, help="(c): held-out environments")
+    parser.add_argument("--audit-steps", type=int, default=400, help="(c): auditor warm start")
+    parser.add_argument("--audit-batch", type=int, default=32)
+    parser.add_argument("--audit-lr", type=float, default=1e-3)
+    parser.add_argument("--audit-tokens", type=int, default=100, help="(c): longest verdict")
     args = parser.parse_args()
     results: dict = {}
     with tempfile.TemporaryDirectory() as run_dir:
-        if args.part in ("filter", "both"):
+        if args.part in ("filter", "all"):
             model = warm_start([])  # the default task's warm start (what `rlvr train` builds)
             results["filter"] = {
                 arm: {seed: run_filter_arm(arm, args, run_dir, model, seed) for seed in args.seeds}
                 for arm in ("all", "filtered")
             }
-        if args.part in ("repetition", "both"):
+        if args.part in ("repetition", "all"):
             model = warm_start(LOOPY)
             results["repetition"] = {
                 arm: {
@@ -248,10 +361,16 @@ def main() -> None:
                 }
                 for arm in ("outcome", "penalty")
             }
+        if args.part in ("audit", "all"):
+            base = warm_start([])  # the default arithmetic warm start: an adder to start from
+            results["audit"] = {
+                seed: run_audit_seed(args, seed, base, run_dir) for seed in args.seeds
+            }
     print(
         json.dumps(
             {
                 "benchmark": "methods/river",
+                "args": vars(args),
                 "steps": args.steps,
                 "batch_size": args.batch_size,
                 "seeds": args.seeds,

@@ -1,42 +1,90 @@
 """River (arXiv 2608.22631): screen the task's train problems before RL, keeping those whose
-verifier is consistent and that an oracle can solve, and take -delta off the advantages of each
-turn that repeats an earlier one. The screen plays each problem in the task's own env, so
-single-turn tasks and multi-turn games are screened alike."""
+verifier is consistent, that an LLM audit finds well posed and that an oracle can solve, and
+take -delta off the advantages of each turn that repeats an earlier one. The screen plays each
+problem in the task's own env, so single-turn tasks and multi-turn games are screened alike."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlvr.algos.filters import consistent_verifiers, solved_within
 from rlvr.config import Config, ConfigError
 from rlvr.envs.base import Env
-from rlvr.models.loading import load_model, resolve_device
-from rlvr.registry import load_object
+from rlvr.models.loading import LoadSettings, load_model, resolve_device
+from rlvr.registry import load_object, lookup
+from rlvr.rewards.audit import DEFAULT_AUDIT_RUBRIC, EnvironmentAudit, check_rubric
+from rlvr.rollout import ENGINES, HFEngine
 from rlvr.rollout.build import env_factory, make_runner
 from rlvr.rollout.runner import safe_step
 from rlvr.tasks.base import EpochOrder, Task
 from rlvr.train.components import Components
 from rlvr.train.hooks import Method, MethodParams, Run, Step
-from rlvr.types import Message, Problem, Trajectory
+from rlvr.types import Message, Problem, Score, Trajectory
 
 FILTER_STREAM = 2  # sampling seeds apart from training's (0) and eval's (1)
+# A judge without a usable verdict on more than this share of the pool is not auditing (a wrong
+# rubric, too few new tokens, a model that cannot follow it): the run stops rather than guess.
+UNUSABLE_LIMIT = 0.5
+
+logger = logging.getLogger(__name__)
 
 Policy = Callable[[list[Message]], str]  # the conversation so far -> the next reply
 
 
+class AuditParams(LoadSettings):
+    model: str = Field(
+        "policy",
+        description="The auditing judge: 'policy' (the run's starting policy, in the embedded "
+        "engine), or a model path or hub id served by `engine`; an instruct model with a chat "
+        "template.",
+    )
+    engine: str = Field(
+        "hf",
+        description="The engine that serves `model`: a rollout.engine name ('hf', 'vllm'), an "
+        "entry point of group rlvr.engines or a 'module:attr' builder (cfg, model, tokenizer, "
+        "model path). 'policy' audits in the embedded engine only.",
+    )
+    rubric: str = Field(
+        DEFAULT_AUDIT_RUBRIC,
+        description="The audit prompt, a format string with the fields {statement} (the "
+        "problem's messages, hints included) and {reference} (its answer, or '(none given)'); it "
+        "asks for a last line 'Verdict: yes' (well posed) or 'Verdict: no'.",
+    )
+    max_new_tokens: int = Field(
+        256, gt=0, description="Longest judge reply; one cut before its verdict is unusable."
+    )
+    batch_size: int = Field(16, gt=0, description="Problems audited in one engine call.")
+    on_unusable: Literal["keep", "drop"] = Field(
+        "keep",
+        description="A problem whose audit gave no usable verdict (no 'Verdict: yes/no' in the "
+        "reply, or the engine failed) is kept (the judge's failure is no evidence against it) "
+        "or dropped; the count is logged, and over half unusable stops the run.",
+    )
+
+    @field_validator("rubric")
+    @classmethod
+    def _known_fields(cls, rubric: str) -> str:
+        return check_rubric(rubric)
+
+
 class Params(MethodParams):
-    filter: list[Literal["verifier_consistent", "solvable"]] = Field(
+    filter: list[Literal["verifier_consistent", "llm_audit", "solvable"]] = Field(
         default_factory=lambda: ["verifier_consistent", "solvable"],
         description="Screen `pool` train problems before RL and train only on those kept: "
         "'verifier_consistent' (the verifier accepts the task's own demonstration and rejects an "
-        "empty reply and another problem's answer), 'solvable' (`oracle` solves it within `k` "
-        "tries); [] screens nothing. Eval problems are never filtered.",
+        "empty reply and another problem's answer; no model), 'llm_audit' (the `audit` judge "
+        "says the problem is well posed), 'solvable' (`oracle` solves it within `k` tries); [] "
+        "screens nothing. Eval problems are never filtered.",
+    )
+    audit: AuditParams = Field(
+        default_factory=AuditParams, description="'llm_audit': the judge and how it is asked."
     )
     pool: int = Field(
         512, gt=0, description="How many train problems (the first ones) are screened."
@@ -174,6 +222,58 @@ def oracle_successes(
     return torch.tensor([t.correct for t in trajectories], dtype=torch.bool).reshape(-1, k)
 
 
+def auditor(cfg: Config, a: AuditParams, model, tokenizer) -> EnvironmentAudit:
+    """The audit judge of `a`: the starting policy (`model`) in the embedded engine, or a model
+    path or hub id loaded on `a.device` and served by `a.engine`."""
+    if a.model == "policy":
+        return EnvironmentAudit(
+            HFEngine(model, tokenizer, a.batch_size), tokenizer, a.rubric, a.max_new_tokens,
+            a.batch_size,
+        )  # fmt: skip
+    model, tokenizer = load_model(
+        a.model, a.dtype, a.trust_remote_code, key="methods.river.audit.model"
+    )
+    model = model.to(resolve_device(a.device)).eval()
+    build = lookup(ENGINES, a.engine, "methods.river.audit.engine", group="rlvr.engines")
+    engine = build(cfg, model, tokenizer, a.model)
+    return EnvironmentAudit(engine, tokenizer, a.rubric, a.max_new_tokens, a.batch_size)
+
+
+def audit_decisions(verdicts: list[Score], on_unusable: str) -> torch.Tensor:
+    """Mask [N] of problems kept: a usable verdict keeps the well-posed ones (1.0); a problem
+    without one is kept or dropped by `on_unusable`."""
+    return torch.tensor(
+        [v.value == 1.0 if v.status == "ok" else on_unusable == "keep" for v in verdicts],
+        dtype=torch.bool,
+    )
+
+
+def llm_audit(
+    cfg: Config, p: Params, components: Components, problems: list[Problem], model, tokenizer
+) -> torch.Tensor:
+    """Mask [N]: the audit judge finds the problem well posed (see audit_decisions); a judge
+    without a usable verdict on over UNUSABLE_LIMIT of them stops the run."""
+    verdicts = auditor(cfg, p.audit, model, tokenizer)(problems)
+    unusable = [v for v in verdicts if v.status != "ok"]
+    example = unusable[0].info if unusable else {}
+    detail = f"{example.get('error')}; reply {example.get('judge_output', '')[:200]!r}"
+    if len(unusable) > UNUSABLE_LIMIT * len(verdicts):
+        raise ConfigError(
+            f"methods.river.audit: the judge gave no usable verdict on {len(unusable)} of "
+            f"{len(verdicts)} problems (e.g. {detail}); fix: a judge that can follow the rubric "
+            "(methods.river.audit.model), a rubric asking for 'Verdict: yes' or 'Verdict: no', "
+            "or a larger methods.river.audit.max_new_tokens"
+        )
+    if unusable:
+        logger.warning(
+            "methods.river.audit: no usable verdict on %d of %d problems, %s by "
+            "methods.river.audit.on_unusable (e.g. %s)",
+            len(unusable), len(verdicts),
+            "kept" if p.audit.on_unusable == "keep" else "dropped", detail,
+        )  # fmt: skip
+    return audit_decisions(verdicts, p.audit.on_unusable)
+
+
 def solvable(
     cfg: Config, p: Params, components: Components, problems: list[Problem], model, tokenizer
 ) -> torch.Tensor:
@@ -191,7 +291,7 @@ def screen_task(
 ) -> FilteredTask:
     """The task with the first `p.pool` train problems that pass every filter of `p.filter`
     as its train set; each filter sees only what the ones before it kept, the cheap
-    'verifier_consistent' (no sampling) first. `model` is the starting policy."""
+    'verifier_consistent' (no sampling) first, then 'llm_audit' (one judge reply per problem). `model` is the starting policy."""
     pool = [components.task.train_problem(i) for i in range(p.pool)]
     kept = torch.ones(len(pool), dtype=torch.bool)
     dropped = {}
@@ -224,6 +324,7 @@ def screen_task(
 ProblemFilter = Callable[[Config, Params, Components, list[Problem], object, object], torch.Tensor]
 PROBLEM_FILTERS: dict[str, ProblemFilter] = {
     "verifier_consistent": verifier_consistent,
+    "llm_audit": llm_audit,
     "solvable": solvable,
 }
 
@@ -310,6 +411,16 @@ class River(Method):
 
     Params = Params
     reads_labels = True  # the screen keeps the problems the verifier and an oracle agree on
+
+    @classmethod
+    def check(cls, params: Params, cfg: Config, task) -> None:
+        a = params.audit
+        if "llm_audit" in params.filter and a.model == "policy" and a.engine != "hf":
+            raise ConfigError(
+                f"methods.river.audit.model = 'policy' audits with the starting policy in the "
+                f"embedded engine, not engine '{a.engine}'; fix: name the policy's path or hub id "
+                "in methods.river.audit.model, or set methods.river.audit.engine = 'hf'"
+            )
 
     def setup(self, run: Run) -> None:
         self.decode = partial(run.tokenizer.decode, skip_special_tokens=True)

@@ -1,6 +1,7 @@
 """River: the screen of train problems and the repetition penalty, by hand and through the
 trainer."""
 
+import logging
 import sys
 import types
 
@@ -12,7 +13,10 @@ from rlvr.envs.single_turn import SingleTurnEnv
 from rlvr.methods.river import (
     FilteredTask,
     Params,
+    River,
+    audit_decisions,
     jaccard,
+    llm_audit,
     oracle_successes,
     play,
     repeated_turns,
@@ -24,11 +28,16 @@ from rlvr.methods.river import (
     verifier_consistent,
 )
 from rlvr.models.tiny import build_model, build_tokenizer
+from rlvr.rewards.audit import render_audit
+from rlvr.rollout import HFEngine
 from rlvr.rollout.tokens import Conversation
 from rlvr.tasks import GuessNumberTask
 from rlvr.tasks.guess_number import GuessNumberParams
+from rlvr.tasks.planted import KINDS as PLANTED
+from rlvr.tasks.planted import PlantedArithmetic, PlantedParams
 from rlvr.train.components import Components
 from rlvr.train.trainer import Trainer
+from rlvr.train.warmstart import sft_backward
 from rlvr.types import Batch, Problem, Score, Trajectory
 
 KINDS = ["clean", "always_zero", "shortcut", "lenient"]
@@ -177,6 +186,137 @@ def test_multi_turn_demonstrations_are_replayed_in_the_env():
     assert not play(task.make_env(), problem, scripted([]), 8)
     problems = [task.train_problem(i) for i in range(4)]
     assert verifier_consistent(CFG, river(pool=4), components(task), problems, None, None).all()
+
+
+def only(kind: str) -> PlantedArithmetic:
+    """Planted environments all of one kind (all good for 'good'), half with a harmless hint."""
+    shares = {k: float(k == kind) for k in PLANTED if k != "good"}
+    return PlantedArithmetic(PlantedParams(**shares), seed=0, eval_size=4)
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+def test_the_verifier_check_on_each_planted_kind(kind):
+    task = only(kind)
+    problems = [task.train_problem(i) for i in range(8)]
+    kept = verifier_consistent(CFG, river(), components(task), problems, None, None)
+    # wrong_reference: 62+18= with reference 70; the demonstration works 2+8+0=10 6+1+1=8 #### 80,
+    # which the verifier rejects. lenient_verifier: the empty reply passes. The others play
+    # as a sound environment does: the check cannot see a hidden operand or a leaking hint.
+    assert kept.tolist() == [kind not in ("wrong_reference", "lenient_verifier")] * 8
+
+
+class Listed(PlantedArithmetic):
+    """Planted environments whose train problems are the given ones, in order."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__(PlantedParams(), seed=0, eval_size=1)
+        self.listed = problems
+
+    def train_problem(self, index: int) -> Problem:
+        return self.listed[index]
+
+
+def environment(prompt: str, answer: str, kind: str) -> Problem:
+    a, b = (int(x) for x in prompt.split("\n")[0].rstrip("=").split("+"))
+    return Problem(f"e-{prompt}", prompt, answer, metadata={"a": a, "b": b, "planted": kind})
+
+
+GOOD = environment("12+34=", "46", "good")
+LEAK = environment("12+34=\n\nHint: the answer is 46", "46", "leaking_hint")
+WRONG = environment("21+43=", "74", "wrong_reference")  # 64
+RUBRIC = "{statement} | {reference}"
+
+
+@pytest.fixture(scope="module")
+def auditor_dir(tmp_path_factory):
+    """A nano model taught by rote to pass GOOD and fail LEAK under RUBRIC, saved as a model
+    directory."""
+    tokenizer = build_tokenizer()
+    model = build_model("nano", tokenizer, seed=0)
+    examples = []
+    for problem, verdict in ((GOOD, "yes"), (LEAK, "no")):
+        prompt = [{"role": "user", "content": render_audit(RUBRIC, problem)}]
+        conversation = Conversation(tokenizer, prompt)
+        reply = tokenizer(f"Verdict: {verdict}", add_special_tokens=False)["input_ids"]
+        conversation.add_reply(reply + [tokenizer.eos_token_id])
+        examples.append((conversation.token_ids, conversation.loss_mask))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        optimizer.zero_grad()
+        sft_backward(model, examples, tokenizer.pad_token_id)
+        optimizer.step()
+    path = tmp_path_factory.mktemp("auditor")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def audited(**audit) -> Params:
+    return river(filter=["verifier_consistent", "llm_audit"], audit={"rubric": RUBRIC, **audit})
+
+
+def test_the_audit_judge_screens_after_the_verifier_check(auditor_dir):
+    task = Listed([GOOD, LEAK, WRONG])
+    messages = []
+    p = audited(model=str(auditor_dir), max_new_tokens=16)
+    filtered = screen_task(CFG, p.model_copy(update={"pool": 3}), components(task), None, None,
+                           messages.append)  # fmt: skip
+    # WRONG's reference fails its own demonstration, so the judge never sees it
+    assert messages == [
+        "methods.river: training on 1 of 3 screened problems "
+        "(verifier_consistent dropped 1, llm_audit dropped 1)"
+    ]
+    assert filtered.kept.items == [GOOD]
+
+
+def test_the_policy_audits_in_the_embedded_engine(auditor_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(auditor_dir)
+    tokenizer = AutoTokenizer.from_pretrained(auditor_dir)
+    kept = llm_audit(CFG, audited(max_new_tokens=16), None, [LEAK, GOOD], model, tokenizer)
+    assert kept.tolist() == [False, True]
+    with pytest.raises(ConfigError, match="embedded engine, not engine 'vllm'; fix: name"):
+        River.check(audited(engine="vllm"), CFG, None)
+
+
+def test_unusable_verdicts_are_decided_by_on_unusable():
+    verdicts = [Score(1.0), Score(0.0), Score(0.0, "infra_error")]
+    assert audit_decisions(verdicts, "keep").tolist() == [True, False, True]
+    assert audit_decisions(verdicts, "drop").tolist() == [True, False, False]
+
+
+def flaky(cfg, model, tokenizer, model_path):
+    """An engine builder (methods.river.audit.engine) whose engine fails on a hidden operand."""
+    engine = HFEngine(model, tokenizer)
+
+    def generate(prompts, params, seeds=None):
+        if any("?" in tokenizer.decode(p) for p in prompts):
+            raise RuntimeError("the judge's server went away")
+        return HFEngine.generate(engine, prompts, params, seeds)
+
+    engine.generate = generate
+    return engine
+
+
+def test_a_failing_judge_is_counted_and_too_many_failures_stop_the_run(
+    auditor_dir, monkeypatch, caplog
+):
+    monkeypatch.setitem(sys.modules, "engines", types.SimpleNamespace(flaky=flaky))
+    hidden = environment("12+34=", "46", "impossible")
+    hidden = Problem(hidden.id, "12+?=", "46", metadata=hidden.metadata)
+    problems = [GOOD, LEAK, hidden]
+    for rule, kept, said in (
+        ("keep", [True, False, True], "kept"),
+        ("drop", [True, False, False], "dropped"),
+    ):
+        p = audited(model=str(auditor_dir), engine="engines:flaky", batch_size=1, on_unusable=rule)
+        with caplog.at_level(logging.WARNING, logger="rlvr.methods.river"):
+            assert llm_audit(CFG, p, None, problems, None, None).tolist() == kept
+        assert f"no usable verdict on 1 of 3 problems, {said} by" in caplog.text
+    cut = audited(model=str(auditor_dir), max_new_tokens=3)  # "Ver": no verdict
+    with pytest.raises(ConfigError, match=r"no usable verdict on 2 of 2 problems .*cut at max_n"):
+        llm_audit(CFG, cut, None, [GOOD, LEAK], None, None)
 
 
 def test_the_trainer_trains_on_the_screened_problems(fast_overrides):
