@@ -4,11 +4,10 @@ hints included, and its reference answer) and says whether it is well posed, bef
 from __future__ import annotations
 
 import re
-import string
 
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.rewards.judge import NO_REFERENCE
+from rlvr.rewards.judge import NO_REFERENCE, check_template
 from rlvr.rollout.engine import Engine, SamplingParams
 from rlvr.rollout.tokens import encode_prompt
 from rlvr.types import Problem, Score
@@ -57,16 +56,7 @@ def parse_verdict(text: str) -> bool | None:
 def check_rubric(rubric: str) -> str:
     """`rubric` if it is a format string over AUDIT_FIELDS that shows the statement; else a
     ValueError naming the fields."""
-    fields = {name for _, name, _, _ in string.Formatter().parse(rubric) if name is not None}
-    unknown = fields - set(AUDIT_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"unknown audit rubric fields {sorted(unknown)}; the fields are "
-            f"{', '.join('{' + f + '}' for f in AUDIT_FIELDS)} (write literal braces as {{{{ }}}})"
-        )
-    if "statement" not in fields:
-        raise ValueError("the audit rubric never shows the judge the task's {statement}")
-    return rubric
+    return check_template(rubric, AUDIT_FIELDS, "statement", "audit rubric")
 
 
 def render_audit(rubric: str, problem: Problem) -> str:

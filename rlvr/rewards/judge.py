@@ -20,6 +20,22 @@ KEY = "task.reward_params.judge.model"
 RUBRIC_FIELDS = ("question", "response", "reference", "scale")
 NO_REFERENCE = "(none given)"
 
+
+def check_template(template: str, known: tuple[str, ...], required: str, name: str) -> str:
+    """`template` if it is a format string over the `known` fields that shows `required`; else a
+    ValueError naming the fields (a judge's rubric, River's audit rubric)."""
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    unknown = fields - set(known)
+    if unknown:
+        raise ValueError(
+            f"unknown {name} fields {sorted(unknown)}; the fields are "
+            f"{', '.join('{' + f + '}' for f in known)} (write literal braces as {{{{ }}}})"
+        )
+    if required not in fields:
+        raise ValueError(f"the {name} never shows the judge the {{{required}}}")
+    return template
+
+
 DEFAULT_RUBRIC = """\
 You are an impartial judge. Rate the response to the question below for correctness, \
 completeness and clarity, on a scale from 0 (useless or wrong) to {scale}. If a reference \
@@ -103,16 +119,7 @@ class JudgeParams(LoadSettings):
     @field_validator("rubric")
     @classmethod
     def _known_fields(cls, rubric: str) -> str:
-        fields = {name for _, name, _, _ in string.Formatter().parse(rubric) if name is not None}
-        unknown = fields - set(RUBRIC_FIELDS)
-        if unknown:
-            raise ValueError(
-                f"unknown rubric fields {sorted(unknown)}; the fields are "
-                f"{', '.join('{' + f + '}' for f in RUBRIC_FIELDS)} (write literal braces as {{{{ }}}})"
-            )
-        if "response" not in fields:
-            raise ValueError("the rubric never shows the judge the {response}")
-        return rubric
+        return check_template(rubric, RUBRIC_FIELDS, "response", "rubric")
 
 
 class LLMJudge:
