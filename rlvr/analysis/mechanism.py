@@ -10,7 +10,7 @@ from rlvr.analysis.ablation import ablation_drops
 from rlvr.analysis.probes import layer_probes
 from rlvr.types import Problem, Trajectory
 
-MECHANISM_STREAM = 8  # sampling seeds apart from training (0), eval (1), ..., analyze (6), 3PO (7)
+MECHANISM_STREAM = 9  # sampling seeds apart from training (0), eval (1), ..., 3PO (7, 8)
 
 
 def depth_slope(values: list[float]) -> float:
