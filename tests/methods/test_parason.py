@@ -39,6 +39,21 @@ def spy_rewards(trainer) -> list[torch.Tensor]:
     return seen
 
 
+def rewrite_replies(trainer, rewrites, expected, before: list) -> None:
+    """The trainer's rollouts answer `rewrites[i % 4]` (reply, correct) by position i in the
+    group; `before` collects each one's (reward, expected bonus)."""
+    collect = trainer.rollout
+
+    def rewritten_rollout(timings):
+        trajectories, baselines, sampling = collect(timings)
+        for trajectory in trajectories:
+            trajectory.response_text, trajectory.correct = rewrites[trajectory.sample_index % 4]
+        before.extend((t.reward, expected[t.sample_index % 4]) for t in trajectories)
+        return trajectories, baselines, sampling
+
+    trainer.rollout = rewritten_rollout
+
+
 def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overrides):
     # the replies are rewritten below, so the warm start only has to exist
     overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1",
@@ -52,19 +67,11 @@ def test_correct_parallel_replies_earn_the_capped_acceleration_bonus(fast_overri
         return original(inputs, algo)
 
     trainer.components.advantage = spy
-    collect, before = trainer.rollout, []
+    before = []
     # (reply, correct) by position in the group, and each one's expected bonus
     rewrites = [(SHORT, True), (LONG, True), (LONG, False), (SEQUENTIAL, True)]
     expected = [0.5 * (8 / 7 - 1), 0.5 * 0.2, 0.0, 0.0]
-
-    def rewritten_rollout(timings):
-        trajectories, baselines, sampling = collect(timings)
-        for trajectory in trajectories:
-            trajectory.response_text, trajectory.correct = rewrites[trajectory.sample_index % 4]
-        before.extend((t.reward, expected[t.sample_index % 4]) for t in trajectories)
-        return trajectories, baselines, sampling
-
-    trainer.rollout = rewritten_rollout
+    rewrite_replies(trainer, rewrites, expected, before)
     step = trainer.step()
     rewards = torch.tensor([reward + bonus for reward, bonus in before])
     assert torch.allclose(seen[0], rewards.float(), atol=1e-6)
@@ -81,18 +88,10 @@ def test_trial_beta_pays_correct_replies_the_group_zscore_of_their_trial_share(f
     overrides = ["task.name=product_sum", "task.terms=2", "task.digits=1",
                  "methods.parason.trial_beta=0.1", "train.steps=1", "model.pretrain_steps=2"]  # fmt: skip
     trainer = Trainer(load_config(None, fast_overrides + overrides))
-    seen, collect, before = spy_rewards(trainer), trainer.rollout, []
+    seen, before = spy_rewards(trainer), []
     rewrites = [(TRIALS, True), (MIXED, True), (TRIALS, False), (SEQUENTIAL, True)]
     expected = [0.1 * 2 * 2**0.5 / 3, -0.1 * 2**0.5 / 3, 0.0, -0.1 * 2**0.5]
-
-    def rewritten_rollout(timings):
-        trajectories, baselines, sampling = collect(timings)
-        for trajectory in trajectories:
-            trajectory.response_text, trajectory.correct = rewrites[trajectory.sample_index % 4]
-        before.extend((t.reward, expected[t.sample_index % 4]) for t in trajectories)
-        return trajectories, baselines, sampling
-
-    trainer.rollout = rewritten_rollout
+    rewrite_replies(trainer, rewrites, expected, before)
     step = trainer.step()
     rewards = torch.tensor([reward + bonus for reward, bonus in before])
     assert torch.allclose(seen[0], rewards.float(), atol=1e-6)
