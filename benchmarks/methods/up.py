@@ -22,7 +22,7 @@ from pathlib import Path
 from runs import report, run_all, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "up.toml"
-ARMS = {"ppo_clip": ["algo.loss=ppo_clip"], "up": []}
+ARMS = {"ppo_clip": ["algo.loss=ppo_clip", "algo.loss_params={}"], "up": []}
 
 
 def run_arm(name: str, seed: int, args, run_dir: str, model: str) -> dict:
