@@ -1,4 +1,4 @@
-"""The `rlvr` command: train, eval, pretrain, profile, merge, list."""
+"""The `rlvr` command: train, eval, pretrain, profile, merge, list, serve."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlvr import serve
 from rlvr.catalog import KINDS
 from rlvr.config import ConfigError, load_config
 
@@ -304,6 +305,7 @@ def parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list, light=True)
 
     add_analyze(sub)
+    serve.add_parser(sub)
 
     rep = sub.add_parser(
         "report", help="a run's page: curves, evals, config and samples, one HTML file"

@@ -1,0 +1,78 @@
+"""`rlvr serve`: a Tinker-compatible training service on this machine, so code written against
+the Tinker SDK (tinker-cookbook's recipes) trains LoRA adapters with rlvr's models and losses."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from pathlib import Path
+
+from rlvr.config import ConfigError
+
+LOCAL_HOSTS = {"localhost"}
+
+
+def is_local(host: str) -> bool:
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_service(model: str, state_dir: Path, seed: int = 0, preset: str = "nano"):
+    """The Service for base model `model`: "tiny" (rlvr's embedded model, freshly initialised
+    from `seed`), a local HF model directory, or a hub id."""
+    from rlvr.models import tiny
+    from rlvr.models.loading import load_model
+    from rlvr.serve.adapters import AdapterHost
+    from rlvr.serve.service import Service
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if model == "tiny":
+        tokenizer = tiny.build_tokenizer()
+        network = tiny.build_model(preset, tokenizer, seed)
+        tokenizer_id = str(state_dir / "tokenizer")
+        tokenizer.save_pretrained(tokenizer_id)  # the SDK loads it by this path
+    else:
+        network, tokenizer = load_model(model, key="rlvr serve --model")
+        tokenizer_id = model
+    return Service(AdapterHost(model, network, tokenizer), state_dir, tokenizer_id, seed)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="a Tinker-compatible training service (tinker SDK, cookbook)")
+    p.add_argument("--model", default="tiny", help="base model: tiny, a model directory or hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key", default=os.environ.get("RLVR_SERVE_API_KEY"),
+        help="key clients must send (TINKER_API_KEY); required to bind beyond localhost "
+        "(default: $RLVR_SERVE_API_KEY)",
+    )  # fmt: skip
+    p.add_argument("--state-dir", default="serve_state", help="checkpoints are saved here")
+    p.add_argument("--seed", type=int, default=0, help="the tiny model's init and sampling seed")
+    p.add_argument("--max-request-mb", type=float, default=64, help="largest request accepted")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    if not is_local(args.host) and not args.api_key:
+        raise ConfigError(
+            f"rlvr serve --host {args.host} would accept training requests from the network "
+            "with no key; fix: pass --api-key KEY (clients set TINKER_API_KEY=KEY), or bind "
+            "127.0.0.1"
+        )
+    if args.api_key and not args.api_key.startswith("tml-"):
+        raise ConfigError("--api-key must start with 'tml-' (the Tinker SDK refuses other keys)")
+    import uvicorn
+
+    from rlvr.serve.app import build_app
+
+    service = build_service(args.model, Path(args.state_dir), args.seed)
+    app = build_app(service, args.api_key, args.max_request_mb)
+    print(f"rlvr serve: {args.model} at http://{args.host}:{args.port}; clients set "
+          f"TINKER_BASE_URL=http://{args.host}:{args.port} and TINKER_API_KEY", flush=True)  # fmt: skip
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,80 @@
+"""Sampling for Tinker sampling clients: saved adapter weights (or the bare base) through rlvr's
+HF engine, with each token's logprob and, when asked, the prompt's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.engine import sample_seed
+from rlvr.serve.adapters import AdapterHost
+from rlvr.serve.wire import Datum
+
+
+class Sampler:
+    """Sampler snapshots as extra adapters on the host, one per saved path, made on first use."""
+
+    def __init__(self, host: AdapterHost, seed: int = 0):
+        self.host = host
+        self.snapshots: dict[str, str] = {}  # weights path -> adapter name
+        self.seed, self.calls = seed, 0
+
+    def snapshot(self, path: str, state: dict) -> str:
+        if path not in self.snapshots:
+            name = f"sampler{len(self.snapshots)}"
+            self.host.load(name, state, optimizer=False)
+            self.snapshots[path] = name
+        return self.snapshots[path]
+
+    def _seeds(self, params: dict, n: int) -> list[int]:
+        """Seed s gives samples s, s+1, ...; without one, a fresh stream per call."""
+        self.calls += 1
+        if params.get("seed") is not None:
+            return [sample_seed(params["seed"], i) for i in range(n)]
+        return [sample_seed(self.seed, self.calls, i) for i in range(n)]
+
+    def sample(
+        self, adapter: str | None, prompt: list[int], n: int, params: dict, prompt_logprobs: bool
+    ) -> tuple[list[dict], list[float] | None]:
+        """n sequences after `prompt` (dicts of tokens, logprobs, stop_reason) and, if asked, the
+        prompt tokens' logprobs (NaN for the first, which has no context)."""
+        host = self.host
+        max_tokens = params.get("max_tokens") or 16
+        if not 0 < len(prompt) + max_tokens <= host.max_length:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds the "
+                f"{host.max_length} positions of {host.name!r}"
+            )
+        stop = params.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        stop_strings = tuple(s for s in stop if isinstance(s, str))
+        stop_tokens = {s for s in stop if isinstance(s, int)}
+        settings = SamplingParams(
+            max_new_tokens=max_tokens, temperature=params.get("temperature", 1.0),
+            top_p=params.get("top_p", 1.0), top_k=max(params.get("top_k", -1), 0),
+            stop=stop_strings,
+        )  # fmt: skip
+        with host.active(adapter) as model:
+            engine = HFEngine(model, host.tokenizer)
+            replies = engine.generate([prompt] * n, settings, seeds=self._seeds(params, n))
+            scored = self._prompt_logprobs(adapter, prompt) if prompt_logprobs else None
+        return [_sequence(c, stop_tokens) for c in replies], scored
+
+    def _prompt_logprobs(self, adapter: str | None, prompt: list[int]) -> list[float]:
+        tokens = np.asarray(prompt[:-1], dtype=np.int64)
+        datum = Datum(tokens, {"target_tokens": np.asarray(prompt[1:], dtype=np.int64)})
+        if not len(tokens):
+            return [float("nan")]
+        (logprobs,), _ = self.host.forward_backward(adapter, [datum], None, {}, backward=False)
+        return [float("nan"), *logprobs.tolist()]
+
+
+def _sequence(completion, stop_tokens: set[int]) -> dict:
+    """Tinker's sequence: cut after the first stop token; "stop" unless it ran out of tokens."""
+    tokens, logprobs = completion.token_ids, completion.logprobs
+    reason = "length" if completion.finish_reason == "length" else "stop"
+    for i, token in enumerate(tokens):
+        if token in stop_tokens:
+            tokens, logprobs, reason = tokens[: i + 1], logprobs[: i + 1], "stop"
+            break
+    return {"tokens": tokens, "logprobs": logprobs, "stop_reason": reason}

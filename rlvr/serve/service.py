@@ -1,0 +1,172 @@
+"""The state behind `rlvr serve`: sessions, training and sampling clients, checkpoints on disk,
+and the futures the Tinker SDK polls. Model work runs on one worker thread, in each training
+client's request order (the SDK's seq_id)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from rlvr.serve.adapters import AdapterHost, save
+from rlvr.serve.sampler import Sampler
+from rlvr.serve.wire import ForwardBackward, write_forward_backward, write_sample
+
+KEPT_RESULTS = 10_000  # finished futures kept for polling, oldest dropped first
+PATH = re.compile(r"tinker://(?P<model>[\w-]+)/(?P<kind>weights|sampler_weights)/(?P<name>[\w.-]+)")
+
+
+class UserError(ValueError):
+    """A request the service refuses; its message names the problem and the fix."""
+
+
+@dataclass
+class Turns:
+    """A training client's requests, run in seq_id order however they arrive."""
+
+    next_seq: int = 1
+    waiting: dict[int, Callable[[], None]] = field(default_factory=dict)
+
+
+class Service:
+    def __init__(self, host: AdapterHost, state_dir: Path, tokenizer_id: str, seed: int = 0):
+        self.host, self.sampler = host, Sampler(host, seed)
+        self.state_dir, self.tokenizer_id = Path(state_dir), tokenizer_id
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="rlvr-serve")
+        self.results: OrderedDict[str, Future] = OrderedDict()
+        self.turns: dict[str, Turns] = {}
+        self.sampling_sessions: dict[str, str | None] = {}  # id -> weights path (None: base)
+        self.lock = threading.Lock()
+
+    # ---- futures ----
+
+    def submit(self, job: Callable[[], object], model_id: str | None = None, seq_id=None) -> dict:
+        """Queue `job`; its result is polled by request id. With a model and seq_id it waits for
+        that client's earlier requests."""
+        request_id = uuid.uuid4().hex
+        future: Future = Future()
+        with self.lock:
+            self.results[request_id] = future
+            while len(self.results) > KEPT_RESULTS:
+                self.results.popitem(last=False)
+
+        def start() -> None:
+            self.worker.submit(_run, job, future)
+
+        if model_id is None or seq_id is None:
+            start()
+        else:
+            self._in_turn(model_id, seq_id, start)
+        return {"request_id": request_id}
+
+    def _in_turn(self, model_id: str, seq_id: int, start: Callable[[], None]) -> None:
+        with self.lock:
+            turns = self.turns.setdefault(model_id, Turns())
+            if seq_id < turns.next_seq:  # a retry or an out-of-band call: no wait
+                start()
+                return
+            turns.waiting[seq_id] = start
+            while turns.next_seq in turns.waiting:
+                turns.waiting.pop(turns.next_seq)()
+                turns.next_seq += 1
+
+    def result(self, request_id: str) -> Future:
+        with self.lock:
+            if request_id not in self.results:
+                raise UserError(f"no request {request_id!r} (finished long ago, or never made)")
+            return self.results[request_id]
+
+    # ---- checkpoints ----
+
+    def _file(self, path: str) -> Path:
+        match = PATH.fullmatch(path)
+        if match is None:
+            raise UserError(
+                f"{path!r} is not a checkpoint path of this service; they read "
+                "tinker://<model_id>/weights/<name> or tinker://<model_id>/sampler_weights/<name>"
+            )
+        return self.state_dir / match["model"] / match["kind"] / f"{match['name']}.pt"
+
+    def read(self, path: str) -> dict:
+        file = self._file(path)
+        if not file.exists():
+            raise UserError(f"no checkpoint {path!r} in {self.state_dir}")
+        return torch.load(file, weights_only=False)
+
+    def _save(self, model_id: str, kind: str, name: str | None, optimizer: bool) -> str:
+        name = name or f"step-{uuid.uuid4().hex[:8]}"
+        path = f"tinker://{model_id}/{kind}/{name}"
+        save(self.host.state(model_id, optimizer), self._file(path))
+        return path
+
+    # ---- jobs: each runs on the worker thread ----
+
+    def check_base(self, base_model: str | None) -> None:
+        if base_model is not None and base_model != self.host.name:
+            raise UserError(f"base_model {base_model!r} is not served here; this service serves "
+                            f"{self.host.name!r} (start `rlvr serve --model {base_model}`)")  # fmt: skip
+
+    def create_model(self, base_model: str, lora: dict) -> dict:
+        self.check_base(base_model)
+        model_id = f"rlvr-{uuid.uuid4().hex[:12]}"
+        self.host.add(model_id, lora)
+        self.turns.setdefault(model_id, Turns())
+        return {"model_id": model_id, "type": "create_model"}
+
+    def forward_backward(self, request: ForwardBackward) -> bytes:
+        self.host.get(request.model_id)
+        name = request.model_id
+        loss_fn = request.loss_fn or None
+        logprobs, metrics = self.host.forward_backward(
+            name, request.data, loss_fn, request.config, backward=not request.forward_only
+        )
+        return write_forward_backward({"logprobs": logprobs}, metrics)
+
+    def optim_step(self, model_id: str, adam: dict) -> dict:
+        return {"metrics": self.host.optim_step(model_id, adam), "type": "optim_step"}
+
+    def save_weights(self, model_id: str, name: str | None) -> dict:
+        return {"path": self._save(model_id, "weights", name, True), "type": "save_weights"}
+
+    def save_for_sampler(self, model_id: str, name: str | None, session_seq: int | None) -> dict:
+        path = self._save(model_id, "sampler_weights", name, False)
+        reply = {"path": path, "type": "save_weights_for_sampler"}
+        if name is None:  # an unnamed save opens a sampling session on it
+            session = f"sampling-{uuid.uuid4().hex[:12]}"
+            self.sampling_sessions[session] = path
+            reply["sampling_session_id"] = session
+        return reply
+
+    def load_weights(
+        self, model_id: str | None, path: str, optimizer: bool, base: str | None
+    ) -> dict:
+        self.check_base(base)
+        state = self.read(path)
+        model_id = model_id or f"rlvr-{uuid.uuid4().hex[:12]}"
+        if model_id not in self.host.adapters:
+            self.turns.setdefault(model_id, Turns())
+        self.host.load(model_id, state, optimizer)
+        return {"path": path, "model_id": model_id, "type": "load_weights"}
+
+    def sample(
+        self, weights: str | None, prompt: list[int], n: int, params: dict, scored: bool
+    ) -> bytes:
+        adapter = None if weights is None else self.sampler.snapshot(weights, self.read(weights))
+        sequences, prompt_logprobs = self.sampler.sample(adapter, prompt, n, params, scored)
+        return write_sample(sequences, prompt_logprobs)
+
+
+def _run(job: Callable[[], object], future: Future) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(job())
+    except BaseException as error:  # noqa: BLE001 -- every failure goes back to the caller
+        future.set_exception(error)
