@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from tinker import types
 
-from rlvr.serve.service import Service, UserError
+from rlvr.serve.service import Service, UserError, model_id
 from rlvr.serve.wire import read_forward_backward
 
 POLL_SECONDS = 20.0  # a retrieve_future waits this long before it answers try_again
@@ -106,7 +106,8 @@ def _model_routes(app: FastAPI, service: Service) -> None:
     async def create_model(request: Request):
         req = await _parse(request, types.CreateModelRequest)
         lora = (req.lora_config or types.LoraConfig(rank=32)).model_dump()
-        return service.submit(partial(service.create_model, req.base_model, lora))
+        new = model_id(req.session_id, req.model_seq_id)
+        return service.submit(partial(service.create_model, new, req.base_model, lora))
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request):
@@ -173,7 +174,8 @@ def _training_routes(app: FastAPI, service: Service) -> None:
     async def load_weights(request: Request):
         req = await _parse(request, types.LoadWeightsRequest)
         base = req.base_model if req.model_id is None else None
-        job = partial(service.load_weights, req.model_id, req.path, req.optimizer, base)
+        target = req.model_id or model_id(req.session_id, req.model_seq_id)
+        job = partial(service.load_weights, target, req.path, req.optimizer, base)
         return service.submit(job, req.model_id, req.seq_id)
 
 

@@ -20,7 +20,14 @@ from rlvr.serve.sampler import Sampler
 from rlvr.serve.wire import ForwardBackward, write_forward_backward, write_sample
 
 KEPT_RESULTS = 10_000  # finished futures kept for polling, oldest dropped first
-PATH = re.compile(r"tinker://(?P<model>[\w-]+)/(?P<kind>weights|sampler_weights)/(?P<name>[\w.-]+)")
+PATH = re.compile(
+    r"tinker://(?P<model>[\w:-]+)/(?P<kind>weights|sampler_weights)/(?P<name>[\w.-]+)"
+)
+
+
+def model_id(session_id: str, model_seq_id: int) -> str:
+    """A training client's id, derived as the SDK derives it (it names clients it loads itself)."""
+    return f"{session_id}:train:{model_seq_id}"
 
 
 class UserError(ValueError):
@@ -113,9 +120,8 @@ class Service:
             raise UserError(f"base_model {base_model!r} is not served here; this service serves "
                             f"{self.host.name!r} (start `rlvr serve --model {base_model}`)")  # fmt: skip
 
-    def create_model(self, base_model: str, lora: dict) -> dict:
+    def create_model(self, model_id: str, base_model: str, lora: dict) -> dict:
         self.check_base(base_model)
-        model_id = f"rlvr-{uuid.uuid4().hex[:12]}"
         self.host.add(model_id, lora)
         self.turns.setdefault(model_id, Turns())
         return {"model_id": model_id, "type": "create_model"}
