@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlvr.config import ConfigError
@@ -40,6 +45,33 @@ def build_service(model: str, state_dir: Path, seed: int = 0, preset: str = "nan
         network, tokenizer = load_model(model, key="rlvr serve --model")
         tokenizer_id = model
     return Service(AdapterHost(model, network, tokenizer), state_dir, tokenizer_id, seed)
+
+
+@contextmanager
+def in_thread(service, api_key: str | None = None, max_request_mb: float = 64.0) -> Iterator[str]:
+    """`service` on a free local port in a background thread (a notebook, a test, a benchmark);
+    yields its base URL and stops it on exit, leaving only what it saved."""
+    import uvicorn
+
+    from rlvr.serve.app import build_app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = build_app(service, api_key, max_request_mb)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"rlvr serve could not start on 127.0.0.1:{port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        service.worker.shutdown(wait=True)
 
 
 def add_parser(sub) -> None:
