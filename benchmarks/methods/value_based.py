@@ -28,7 +28,8 @@ def log_buffer(seed: int, args, run_dir: str) -> str:
     batch = 128  # the recipe's rollout.batch_size: every reply of every step is logged
     arm = train_arm(RECIPE, [
         f"train.steps={args.steps}", f"train.seed={seed}", "train.lr=1e-12", "train.eval_every=0",
-        "algo.advantage=grpo", "algo.loss=ppo_clip", f"log.samples_per_step={batch}",
+        "algo.advantage=grpo", "algo.loss=ppo_clip", "algo.advantage_params={}",
+        "algo.loss_params={}", f"log.samples_per_step={batch}",
         f"task.eval_size={args.eval_size}",
     ], run_dir, f"log-{seed}")  # fmt: skip
     return str(arm.trainer.run_dir.samples_file)
@@ -38,7 +39,12 @@ def run_arm(name: str, seed: int, args, run_dir: str, buffers: dict[int, str]) -
     if seed not in buffers:
         buffers[seed] = log_buffer(seed, args, run_dir)
     algo = (
-        ["algo.advantage=raft", "algo.loss=reinforce"]
+        [
+            "algo.advantage=raft",
+            "algo.loss=reinforce",
+            "algo.advantage_params={}",
+            "algo.loss_params={}",
+        ]
         if name == "filtered_bc"
         else [
             *(
