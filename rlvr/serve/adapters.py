@@ -78,6 +78,10 @@ class AdapterHost:
         adapter = self.adapters[name] = Adapter(name, dict(lora), params=params)
         return adapter
 
+    def remove(self, name: str) -> None:
+        self.model.delete_adapter(name)
+        del self.adapters[name]
+
     def get(self, name: str) -> Adapter:
         if name not in self.adapters:
             raise KeyError(f"no training client {name!r} on this service")

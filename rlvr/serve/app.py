@@ -225,9 +225,20 @@ def _chunk_tokens(chunk) -> list[int]:
     return list(chunk.tokens)
 
 
+def _unserved(app: FastAPI) -> None:
+    """Every other route of the Tinker API: a 404 that names it (the SDK retries a 5xx for
+    minutes, so "not implemented" would hang the caller)."""
+
+    @app.api_route("/api/v1/{route:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def unserved(route: str):
+        return _error(404, f"rlvr serve does not serve /api/v1/{route}: it is a call of the "
+                           "hosted Tinker service (docs/serve.md lists what rlvr serves)")  # fmt: skip
+
+
 def build_app(service: Service, api_key: str | None = None, max_request_mb: float = 64) -> FastAPI:
     app = FastAPI(title="rlvr serve", docs_url=None, redoc_url=None)
     _guard(app, api_key, int(max_request_mb * 2**20))
     for add in (_session_routes, _model_routes, _training_routes, _sampling_routes):
         add(app, service)
+    _unserved(app)  # last: the routes above match first
     return app

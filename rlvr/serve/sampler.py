@@ -3,6 +3,8 @@ HF engine, with each token's logprob and, when asked, the prompt's."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from rlvr.rollout import HFEngine, SamplingParams
@@ -12,19 +14,25 @@ from rlvr.serve.wire import Datum
 
 
 class Sampler:
-    """Sampler snapshots as extra adapters on the host, one per saved path, made on first use."""
+    """Sampler snapshots as extra adapters on the host, one per saved path, made on first use;
+    the least recently used goes once `keep` are loaded (an RL loop saves one every step)."""
 
-    def __init__(self, host: AdapterHost, seed: int = 0):
-        self.host = host
-        self.snapshots: dict[str, str] = {}  # weights path -> adapter name
-        self.seed, self.calls = seed, 0
+    def __init__(self, host: AdapterHost, seed: int = 0, keep: int = 4):
+        self.host, self.keep = host, keep
+        self.snapshots: OrderedDict[str, str] = OrderedDict()  # weights path -> adapter name
+        self.seed, self.calls, self.made = seed, 0, 0
 
     def snapshot(self, path: str, state: dict) -> str:
-        if path not in self.snapshots:
-            name = f"sampler{len(self.snapshots)}"
-            self.host.load(name, state, optimizer=False)
-            self.snapshots[path] = name
-        return self.snapshots[path]
+        if path in self.snapshots:
+            self.snapshots.move_to_end(path)
+            return self.snapshots[path]
+        while len(self.snapshots) >= self.keep:
+            self.host.remove(self.snapshots.popitem(last=False)[1])
+        name = f"sampler{self.made}"
+        self.made += 1
+        self.host.load(name, state, optimizer=False)
+        self.snapshots[path] = name
+        return name
 
     def _seeds(self, params: dict, n: int) -> list[int]:
         """Seed s gives samples s, s+1, ...; without one, a fresh stream per call."""

@@ -274,3 +274,9 @@ def test_a_client_that_hangs_up_mid_call_leaves_the_service_working(served):
         f"{url}/api/v1/retrieve_future", json={"request_id": started["request_id"]}, timeout=60
     )
     assert done.headers["content-type"] == "application/x-protobuf"
+
+
+def test_a_tinker_only_call_is_refused_by_name(served):
+    url, _ = served
+    rest = client(url).create_rest_client()
+    expect_refusal(lambda: rest.list_training_runs().result(), "does not serve", "training_runs")
