@@ -211,9 +211,10 @@ def _sampling_routes(app: FastAPI, service: Service) -> None:
         except asyncio.TimeoutError:
             return {"type": "try_again", "request_id": req.request_id, "queue_state": "active"}
         except (UserError, ValueError, KeyError) as error:
-            return {"error": str(error).strip("'\""), "category": "user"}
+            result = {"error": str(error).strip("'\""), "category": "user"}
         except Exception as error:  # noqa: BLE001 -- a server fault, reported to the caller
-            return {"error": f"{type(error).__name__}: {error}", "category": "server"}
+            result = {"error": f"{type(error).__name__}: {error}", "category": "server"}
+        service.handed_out(req.request_id)
         if isinstance(result, bytes):
             return Response(result, media_type=PROTOBUF)
         return result

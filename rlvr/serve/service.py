@@ -19,7 +19,9 @@ from rlvr.serve.adapters import AdapterHost, save
 from rlvr.serve.sampler import Sampler
 from rlvr.serve.wire import ForwardBackward, write_forward_backward, write_sample
 
-KEPT_RESULTS = 10_000  # finished futures kept for polling, oldest dropped first
+# results already handed out, kept so that a poll whose answer was lost can ask again; the
+# oldest go first (results not yet handed out are all kept)
+KEPT_DELIVERED = 256
 PATH = re.compile(
     r"tinker://(?P<model>[\w:-]+)/(?P<kind>weights|sampler_weights)/(?P<name>[\w.-]+)"
 )
@@ -47,7 +49,8 @@ class Service:
         self.host, self.sampler = host, Sampler(host, seed)
         self.state_dir, self.tokenizer_id = Path(state_dir), tokenizer_id
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="rlvr-serve")
-        self.results: OrderedDict[str, Future] = OrderedDict()
+        self.results: dict[str, Future] = {}
+        self.delivered: OrderedDict[str, Future] = OrderedDict()
         self.turns: dict[str, Turns] = {}
         self.sampling_sessions: dict[str, str | None] = {}  # id -> weights path (None: base)
         self.lock = threading.Lock()
@@ -61,8 +64,6 @@ class Service:
         future: Future = Future()
         with self.lock:
             self.results[request_id] = future
-            while len(self.results) > KEPT_RESULTS:
-                self.results.popitem(last=False)
 
         def start() -> None:
             self.worker.submit(_run, job, future)
@@ -86,9 +87,18 @@ class Service:
 
     def result(self, request_id: str) -> Future:
         with self.lock:
-            if request_id not in self.results:
-                raise UserError(f"no request {request_id!r} (finished long ago, or never made)")
-            return self.results[request_id]
+            future = self.results.get(request_id) or self.delivered.get(request_id)
+            if future is None:
+                raise UserError(f"no request {request_id!r} (handed out long ago, or never made)")
+            return future
+
+    def handed_out(self, request_id: str) -> None:
+        """The result reached its caller: it leaves the pending set for the bounded recent one."""
+        with self.lock:
+            if request_id in self.results:
+                self.delivered[request_id] = self.results.pop(request_id)
+                while len(self.delivered) > KEPT_DELIVERED:
+                    self.delivered.popitem(last=False)
 
     # ---- checkpoints ----
 
@@ -123,7 +133,6 @@ class Service:
     def create_model(self, model_id: str, base_model: str, lora: dict) -> dict:
         self.check_base(base_model)
         self.host.add(model_id, lora)
-        self.turns.setdefault(model_id, Turns())
         return {"model_id": model_id, "type": "create_model"}
 
     def forward_backward(self, request: ForwardBackward) -> bytes:
@@ -156,8 +165,6 @@ class Service:
         self.check_base(base)
         state = self.read(path)
         model_id = model_id or f"rlvr-{uuid.uuid4().hex[:12]}"
-        if model_id not in self.host.adapters:
-            self.turns.setdefault(model_id, Turns())
         self.host.load(model_id, state, optimizer)
         return {"path": path, "model_id": model_id, "type": "load_weights"}
 
