@@ -166,8 +166,7 @@ def _training_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request):
         req = await _parse(request, types.SaveWeightsForSamplerRequest)
-        seq = req.sampling_session_seq_id
-        job = partial(service.save_for_sampler, known(req.model_id), req.path, seq)
+        job = partial(service.save_for_sampler, known(req.model_id), req.path)
         return service.submit(job, req.model_id, req.seq_id)
 
     @app.post("/api/v1/load_weights")

@@ -4,6 +4,7 @@ HF engine, with each token's logprob and, when asked, the prompt's."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,7 +23,8 @@ class Sampler:
         self.snapshots: OrderedDict[str, str] = OrderedDict()  # weights path -> adapter name
         self.seed, self.calls, self.made = seed, 0, 0
 
-    def snapshot(self, path: str, state: dict) -> str:
+    def snapshot(self, path: str, load: Callable[[], dict]) -> str:
+        """The adapter holding the weights saved at `path`; `load` reads them if not loaded."""
         if path in self.snapshots:
             self.snapshots.move_to_end(path)
             return self.snapshots[path]
@@ -30,7 +32,7 @@ class Sampler:
             self.host.remove(self.snapshots.popitem(last=False)[1])
         name = f"sampler{self.made}"
         self.made += 1
-        self.host.load(name, state, optimizer=False)
+        self.host.load(name, load(), optimizer=False)
         self.snapshots[path] = name
         return name
 

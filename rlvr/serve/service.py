@@ -112,10 +112,13 @@ class Service:
         return self.state_dir / match["model"] / match["kind"] / f"{match['name']}.pt"
 
     def read(self, path: str) -> dict:
+        return torch.load(self._existing(path), weights_only=False)
+
+    def _existing(self, path: str) -> Path:
         file = self._file(path)
         if not file.exists():
             raise UserError(f"no checkpoint {path!r} in {self.state_dir}")
-        return torch.load(file, weights_only=False)
+        return file
 
     def _save(self, model_id: str, kind: str, name: str | None, optimizer: bool) -> str:
         name = name or f"step-{uuid.uuid4().hex[:8]}"
@@ -136,11 +139,9 @@ class Service:
         return {"model_id": model_id, "type": "create_model"}
 
     def forward_backward(self, request: ForwardBackward) -> bytes:
-        self.host.get(request.model_id)
-        name = request.model_id
-        loss_fn = request.loss_fn or None
+        name = self.host.get(request.model_id).name
         logprobs, metrics = self.host.forward_backward(
-            name, request.data, loss_fn, request.config, backward=not request.forward_only
+            name, request.data, request.loss_fn or None, request.config, not request.forward_only
         )
         return write_forward_backward({"logprobs": logprobs}, metrics)
 
@@ -150,7 +151,7 @@ class Service:
     def save_weights(self, model_id: str, name: str | None) -> dict:
         return {"path": self._save(model_id, "weights", name, True), "type": "save_weights"}
 
-    def save_for_sampler(self, model_id: str, name: str | None, session_seq: int | None) -> dict:
+    def save_for_sampler(self, model_id: str, name: str | None) -> dict:
         path = self._save(model_id, "sampler_weights", name, False)
         reply = {"path": path, "type": "save_weights_for_sampler"}
         if name is None:  # an unnamed save opens a sampling session on it
@@ -159,19 +160,19 @@ class Service:
             reply["sampling_session_id"] = session
         return reply
 
-    def load_weights(
-        self, model_id: str | None, path: str, optimizer: bool, base: str | None
-    ) -> dict:
+    def load_weights(self, model_id: str, path: str, optimizer: bool, base: str | None) -> dict:
         self.check_base(base)
-        state = self.read(path)
-        model_id = model_id or f"rlvr-{uuid.uuid4().hex[:12]}"
-        self.host.load(model_id, state, optimizer)
+        self.host.load(model_id, self.read(path), optimizer)
         return {"path": path, "model_id": model_id, "type": "load_weights"}
 
     def sample(
         self, weights: str | None, prompt: list[int], n: int, params: dict, scored: bool
     ) -> bytes:
-        adapter = None if weights is None else self.sampler.snapshot(weights, self.read(weights))
+        adapter = None
+        if weights is not None:
+            # loaded once per version: a save over the same name changes the file's mtime
+            version = f"{weights}@{self._existing(weights).stat().st_mtime_ns}"
+            adapter = self.sampler.snapshot(version, lambda: self.read(weights))
         sequences, prompt_logprobs = self.sampler.sample(adapter, prompt, n, params, scored)
         return write_sample(sequences, prompt_logprobs)
 

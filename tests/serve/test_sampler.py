@@ -19,9 +19,12 @@ def test_old_snapshots_leave_the_model_and_new_ones_sample_their_own_weights():
             for p in host.adapters["client"].params:
                 p.add_(0.05 * (step + 1))  # each saved state is a different policy
         states.append(host.state("client", optimizer=False))
-    names = [sampler.snapshot(f"tinker://c/sampler_weights/{i}", s) for i, s in enumerate(states)]
+    names = [
+        sampler.snapshot(f"tinker://c/sampler_weights/{i}", lambda s=s: s)
+        for i, s in enumerate(states)
+    ]
     assert set(host.model.peft_config) == {"client", names[1], names[2]}
-    assert sampler.snapshot("tinker://c/sampler_weights/2", states[2]) == names[2]  # reused
+    assert sampler.snapshot("tinker://c/sampler_weights/2", None) == names[2]  # not reloaded
     prompt = tokenizer.encode("<|user|>1+2<|end|><|assistant|>")
     params = {"max_tokens": 3, "temperature": 0.0}
     newest, _ = sampler.sample(names[2], prompt, 1, params, False)
