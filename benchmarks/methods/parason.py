@@ -39,10 +39,10 @@ from rlvr.train.components import build_task
 from runs import report, run_all, sample_texts, train_arm, warm_start
 
 RECIPE = Path(__file__).resolve().parents[2] / "examples" / "parason.toml"
-OFF = [f"algo.parallel_{key}=0" for key in ("accel_weight", "subtask_beta", "latency_alpha")]
+OFF = [f"methods.parason.{key}=0" for key in ("accel_weight", "subtask_beta", "latency_alpha")]
 DISPATCH = ["methods.parason.dispatch=true"]
 ARMS = {
-    "grpo": OFF,
+    "grpo": ["methods.parason=null"],  # no shaping and no dispatch: the method is off
     "pa_grpo": [],
     "pa_grpo_dispatched": DISPATCH,
     "grpo_dispatched": OFF + DISPATCH,
