@@ -86,6 +86,10 @@ def _session_routes(app: FastAPI, service: Service) -> None:
     async def heartbeat():
         return {"type": "session_heartbeat"}
 
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish_session(session_id: str):
+        return {}  # a closing client stops its heartbeats; the session holds nothing here
+
     @app.post("/api/v1/telemetry")
     async def telemetry():
         return {"status": "accepted"}

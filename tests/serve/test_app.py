@@ -11,17 +11,13 @@ from peft.utils import get_peft_model_state_dict
 from rlvr.models import tiny
 from rlvr.serve.adapters import LAYERS, LORA_ALPHA
 
-from .conftest import KEY, running
+from .conftest import KEY, client, running
 
 tinker = pytest.importorskip("tinker")
 types = tinker.types
 
 RANK, LR = 4, 1e-2
 PAIRS = [("<|user|>12+34=<|end|><|assistant|>", "46<|end|>"), ("<|user|>7+5=<|end|>", "12<|end|>")]
-
-
-def client(url, api_key=KEY):
-    return tinker.ServiceClient(base_url=url, api_key=api_key)
 
 
 def sequences(tokenizer):
