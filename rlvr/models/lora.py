@@ -10,7 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from peft import (
+    LoraConfig,
+    PeftModel,
+    get_peft_model,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
 from peft.tuners.lora import LoraLayer
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -61,7 +67,7 @@ def _check_targets(model: PreTrainedModel, targets: list[str] | str) -> None:
     ]
     if missing:
         raise ConfigError(f"{KEY} = {targets!r}: {missing} match no layer of the model; {fix}")
-    adaptable = (nn.Linear, nn.Embedding, Conv1D)
+    adaptable = (nn.Linear, nn.Embedding, Conv1D, LoraLayer)  # LoraLayer: a second adapter
     modules = dict(model.named_modules())
     wrong = [n for n in names if _matches(targets, n) and not isinstance(modules[n], adaptable)]
     if wrong:
@@ -101,15 +107,16 @@ def _lora_config(settings: LoraSettings) -> LoraConfig:
     )
 
 
-def apply_lora(model: PreTrainedModel, settings: LoraSettings) -> PeftModel:
-    """Wrap `model` with fresh LoRA adapters (settings.r > 0); its own weights are frozen in place."""
+def apply_lora(model: PreTrainedModel, settings: LoraSettings, name: str = "default") -> PeftModel:
+    """Wrap `model` with a fresh LoRA adapter `name` (settings.r > 0); its own weights are frozen
+    in place."""
     config = _lora_config(settings)
     _check_targets(model, settings.target_modules)
     with warnings.catch_warnings():  # peft asks transformers a deprecated question
         warnings.filterwarnings(
             "ignore", message=".*is_gradient_checkpointing", category=FutureWarning
         )
-        return get_peft_model(model, config)
+        return get_peft_model(model, config, adapter_name=name)
 
 
 def add_adapter(model: PeftModel, name: str, settings: LoraSettings) -> None:
@@ -154,6 +161,17 @@ def adapter_state_dict(model: PeftModel) -> dict[str, torch.Tensor]:
     """The adapter weights in peft's own layout (adapter_model.safetensors names), for engines
     that load adapters and sync only them."""
     return get_peft_model_state_dict(model)
+
+
+def named_adapter_state(model: PeftModel, name: str) -> dict[str, torch.Tensor]:
+    """Adapter `name`'s own weights (no base embeddings, even where the adapter covers a tied
+    lm_head), under names without the adapter's: loadable into any adapter of the same shape."""
+    return get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False)
+
+
+def load_adapter_state(model: PeftModel, name: str, weights: dict[str, torch.Tensor]) -> None:
+    """`named_adapter_state`'s weights into adapter `name`."""
+    set_peft_model_state_dict(model, weights, adapter_name=name)
 
 
 def _lora_layers(model: PeftModel) -> dict[str, LoraLayer]:

@@ -3,18 +3,27 @@ Tinker training client, with its own optimizer, gradients and checkpoints."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.config import LoraSettings
 from rlvr.models.logprobs import ChosenLogprobs
+from rlvr.models.lora import (
+    adapters_disabled,
+    add_adapter,
+    apply_lora,
+    is_lora,
+    load_adapter_state,
+    named_adapter_state,
+    use_adapter,
+)
 from rlvr.serve.losses import INPUTS, TINKER_LOSSES, Batch, settings
 from rlvr.serve.wire import Datum
 
@@ -65,15 +74,14 @@ class AdapterHost:
         """A fresh adapter (B = 0, so it starts as the base), drawn from lora['seed']."""
         if lora["rank"] <= 0:
             raise ValueError(f"lora rank must be positive; got {lora['rank']}")
-        config = LoraConfig(
-            r=lora["rank"], lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-            target_modules=self._targets(lora), task_type="CAUSAL_LM",
-        )  # fmt: skip
+        settings = LoraSettings(
+            r=lora["rank"], alpha=LORA_ALPHA, dropout=0.0, target_modules=self._targets(lora)
+        )
         torch.manual_seed(lora.get("seed") or 0)
-        if isinstance(self.model, PeftModel):
-            self.model.add_adapter(name, config)
+        if is_lora(self.model):
+            add_adapter(self.model, name, settings)
         else:
-            self.model = get_peft_model(self.model, config, adapter_name=name)
+            self.model = apply_lora(self.model, settings, name)
         params = [p for n, p in self.model.named_parameters() if f".{name}." in n]
         adapter = self.adapters[name] = Adapter(name, dict(lora), params=params)
         return adapter
@@ -87,17 +95,11 @@ class AdapterHost:
             raise KeyError(f"no training client {name!r} on this service")
         return self.adapters[name]
 
-    @contextmanager
     def active(self, name: str | None):
         """The model computing as adapter `name` alone, or as the base (None)."""
-        if not isinstance(self.model, PeftModel):
-            yield self.model
-        elif name is None:
-            with self.model.disable_adapter():
-                yield self.model
-        else:
-            self.model.set_adapter(name)
-            yield self.model
+        if not is_lora(self.model):
+            return nullcontext(self.model)
+        return adapters_disabled(self.model) if name is None else use_adapter(self.model, name)
 
     def check(self, data: list[Datum], loss_fn: str | None, config: dict) -> dict:
         """ValueError on anything in a forward_backward that cannot run; the loss's settings."""
@@ -185,11 +187,7 @@ class AdapterHost:
         for group in adapter.optimizer.param_groups:
             group.update(hyper)
         grads = [p.grad for p in adapter.params if p.grad is not None]
-        norm = (
-            float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
-            if grads
-            else 0.0
-        )
+        norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
         if adam["grad_clip_norm"] > 0:
             torch.nn.utils.clip_grad_norm_(adapter.params, adam["grad_clip_norm"])
         adapter.optimizer.step()
@@ -200,15 +198,13 @@ class AdapterHost:
         """What a checkpoint holds: the adapter's weights, its LoRA settings, and (for training
         state) the optimizer."""
         adapter = self.get(name)
-        weights = get_peft_model_state_dict(
-            self.model, adapter_name=name, save_embedding_layers=False
-        )
+        weights = named_adapter_state(self.model, name)
         state = {"base_model": self.name, "lora": adapter.lora, "weights": weights}
         if optimizer:
             state["optimizer"] = adapter.optimizer.state_dict() if adapter.optimizer else None
         return state
 
-    def load(self, name: str, state: dict, optimizer: bool, adam: dict | None = None) -> None:
+    def load(self, name: str, state: dict, optimizer: bool) -> None:
         """A checkpoint's weights (and optimizer state) into adapter `name`, made if missing."""
         if state["base_model"] != self.name:
             raise ValueError(
@@ -221,7 +217,7 @@ class AdapterHost:
                 f"the checkpoint has LoRA rank {state['lora']['rank']}; client {name!r} has "
                 f"rank {adapter.lora['rank']}"
             )
-        set_peft_model_state_dict(self.model, state["weights"], adapter_name=name)
+        load_adapter_state(self.model, name, state["weights"])
         for p in adapter.params:
             p.grad = None
         adapter.optimizer = None

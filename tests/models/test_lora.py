@@ -14,7 +14,9 @@ from rlvr.models.lora import (
     apply_lora,
     check_targets_early,
     is_lora,
+    load_adapter_state,
     merged_state_dict,
+    named_adapter_state,
     save_final,
     trainable_state_dict,
     unwrapped,
@@ -163,6 +165,20 @@ def test_a_second_adapter_trains_alone_while_active_and_saves_alone(
     assert torch.allclose(logits(reloaded.eval()), critic, atol=1e-6)
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "critic")
     assert torch.allclose(logits(merged.eval()), critic, atol=1e-5)
+
+
+def test_a_second_adapter_may_name_layers_the_first_already_wraps(tiny_model):
+    """The target check sees peft's wrapped layers as adaptable (it refused them before)."""
+    model = lora_model(tiny_model, target_modules=["q_proj", "v_proj"])
+    add_adapter(model, "second", LoraSettings(r=4, target_modules=["q_proj", "v_proj"]))
+    weights = named_adapter_state(model, "default")
+    assert weights and not any("default" in k or "embed" in k for k in weights)
+    first = logits(model)
+    with use_adapter(model, "second"):
+        assert not torch.allclose(logits(model), first)  # a fresh adapter: the base's outputs
+        load_adapter_state(model, "second", weights)
+        second = logits(model)
+    assert torch.equal(second, first)  # the first adapter's weights, now in the second
 
 
 def test_unwrapped_is_the_hugging_face_model(tiny_model):
