@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.config import Config
+from rlvr.config import Config, DistributedConfig
 from rlvr.models.loading import load_model, resolve_device
 from rlvr.models.lora import apply_lora, trainable_state_dict
 from rlvr.rollout.engine import SamplingParams
@@ -42,10 +42,10 @@ def ray_module():
     return ray
 
 
-def connect(cfg: Config, actors: int) -> bool:
+def connect(d: DistributedConfig, actors: int) -> bool:
     """Join distributed.address, or start Ray here with room for `actors` actors (Ray's CPUs are
     logical, so this fits a small machine); True if this call started Ray."""
-    ray, d = ray_module(), cfg.distributed
+    ray = ray_module()
     if ray.is_initialized():
         return False
     if d.address:
@@ -149,7 +149,7 @@ class RayRollout:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         ranks = d.trainer_ranks - 1  # rank 0 is the driver
-        self.started_ray = connect(cfg, d.rollout_workers + ranks)
+        self.started_ray = connect(d, d.rollout_workers + ranks)
         self.cfg, self.params, self.timeout = cfg, params, d.rollout_timeout
         bundle = {"CPU": d.worker_cpus} | ({"GPU": d.worker_gpus} if d.worker_gpus else {})
         colocated = d.placement == "colocated"

@@ -27,9 +27,12 @@ def is_local(host: str) -> bool:
         return False
 
 
-def build_service(model: str, state_dir: Path, seed: int = 0, preset: str = "nano"):
+def build_service(
+    model: str, state_dir: Path, seed: int = 0, preset: str = "nano", distributed=None
+):
     """The Service for base model `model`: "tiny" (rlvr's embedded model, freshly initialised
-    from `seed`), a local HF model directory, or a hub id."""
+    from `seed`), a local HF model directory, or a hub id; on Ray's actors when `distributed`
+    (a DistributedConfig) names backend "ray", else all in this process."""
     from rlvr.models import tiny
     from rlvr.models.loading import load_model
     from rlvr.serve.adapters import AdapterHost
@@ -39,12 +42,19 @@ def build_service(model: str, state_dir: Path, seed: int = 0, preset: str = "nan
     if model == "tiny":
         tokenizer = tiny.build_tokenizer()
         network = tiny.build_model(preset, tokenizer, seed)
-        tokenizer_id = str(state_dir / "tokenizer")
-        tokenizer.save_pretrained(tokenizer_id)  # the SDK loads it by this path
+        path = str(state_dir / "base")
+        network.save_pretrained(path)  # Ray's actors load the same weights from here
+        tokenizer.save_pretrained(path)  # and the SDK the tokenizer
     else:
         network, tokenizer = load_model(model, key="rlvr serve --model")
-        tokenizer_id = model
-    return Service(AdapterHost(model, network, tokenizer), state_dir, tokenizer_id, seed)
+        path = model
+    host = AdapterHost(model, network, tokenizer)
+    cluster = None
+    if distributed is not None and distributed.backend == "ray":
+        from rlvr.serve.cluster import Cluster
+
+        cluster = Cluster(distributed, host, path)
+    return Service(host, state_dir, path, seed, cluster)
 
 
 @contextmanager
@@ -71,7 +81,7 @@ def in_thread(service, api_key: str | None = None, max_request_mb: float = 64.0)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-        service.worker.shutdown(wait=True)
+        service.close()
 
 
 def add_parser(sub) -> None:
@@ -87,7 +97,26 @@ def add_parser(sub) -> None:
     p.add_argument("--state-dir", default="serve_state", help="checkpoints are saved here")
     p.add_argument("--seed", type=int, default=0, help="the tiny model's init and sampling seed")
     p.add_argument("--max-request-mb", type=float, default=64, help="largest request accepted")
+    p.add_argument(
+        "overrides", nargs="*", metavar="distributed.KEY=VALUE",
+        help="where the work runs, as rlvr train takes it: distributed.backend=ray "
+        "distributed.trainer_ranks=2 distributed.rollout_workers=2 ... (default: this process)",
+    )  # fmt: skip
     p.set_defaults(func=main)
+
+
+def distributed_settings(overrides: list[str]):
+    """The distributed section of rlvr's config from `overrides`; ConfigError for any other key
+    (the model, losses and optimizer come from the clients)."""
+    from rlvr.config import load_config
+
+    other = [o for o in overrides if not o.startswith("distributed.")]
+    if other:
+        raise ConfigError(
+            f"rlvr serve takes distributed.* settings only; got {other}. Fix: pick the model "
+            "with --model; the losses and the optimizer are the clients' choice."
+        )
+    return load_config(None, overrides).distributed
 
 
 def main(args: argparse.Namespace) -> None:
@@ -103,8 +132,14 @@ def main(args: argparse.Namespace) -> None:
 
     from rlvr.serve.app import build_app
 
-    service = build_service(args.model, Path(args.state_dir), args.seed)
+    distributed = distributed_settings(args.overrides)
+    service = build_service(args.model, Path(args.state_dir), args.seed, distributed=distributed)
+    if service.cluster is not None:
+        print("\n".join(service.cluster.describe()), flush=True)
     app = build_app(service, args.api_key, args.max_request_mb)
     print(f"rlvr serve: {args.model} at http://{args.host}:{args.port}; clients set "
           f"TINKER_BASE_URL=http://{args.host}:{args.port} and TINKER_API_KEY", flush=True)  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        service.close()

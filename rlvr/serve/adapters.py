@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -51,6 +52,9 @@ class AdapterHost:
         self.name, self.tokenizer = name, tokenizer
         self.model: PreTrainedModel | PeftModel = model.eval().requires_grad_(False)
         self.adapters: dict[str, Adapter] = {}
+        # the trainer ranks' process group (serve/cluster.py): each rank holds every adapter and
+        # a share of each forward_backward, and a step sums their gradients (None: this alone)
+        self.group: dist.ProcessGroup | None = None
         self.max_length = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
         self.vocab = int(model.get_input_embeddings().num_embeddings)
         self.linear = {
@@ -130,6 +134,16 @@ class AdapterHost:
                 )
         return cfg
 
+    def check_prompt(self, prompt: list[int], max_tokens: int) -> None:
+        """ValueError unless a sample of `max_tokens` after `prompt` fits the model."""
+        if not 0 < len(prompt) + max_tokens <= self.max_length:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds the "
+                f"{self.max_length} positions of {self.name!r}"
+            )
+        if prompt and not 0 <= min(prompt) <= max(prompt) < self.vocab:
+            raise ValueError(f"the prompt has token ids outside the vocabulary 0..{self.vocab - 1}")
+
     def _batch(self, data: list[Datum]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Batch]:
         """Right-padded input ids, attention, targets [B, T] and the loss's inputs."""
         width = max(len(d.tokens) for d in data)
@@ -186,6 +200,8 @@ class AdapterHost:
             adapter.optimizer = torch.optim.AdamW(adapter.params, **hyper)
         for group in adapter.optimizer.param_groups:
             group.update(hyper)
+        if self.group is not None:
+            sum_gradients(adapter.params, self.group)
         grads = [p.grad for p in adapter.params if p.grad is not None]
         norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
         if adam["grad_clip_norm"] > 0:
@@ -225,6 +241,23 @@ class AdapterHost:
         if saved is not None:
             adapter.optimizer = torch.optim.AdamW(adapter.params, lr=0.0)
             adapter.optimizer.load_state_dict(saved)
+
+
+def sum_gradients(params: list[nn.Parameter], group: dist.ProcessGroup) -> None:
+    """Each parameter's gradient summed over the group's ranks, in one all-reduce through CPU
+    (LoRA gradients are small, and gloo reaches every device). A parameter no rank has a
+    gradient for keeps None, so AdamW skips it as it would in one process."""
+    held = [p.grad is not None for p in params]
+    flat = torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().flatten()
+         for p in params] + [torch.tensor(held, dtype=torch.float32)]
+    )  # fmt: skip
+    dist.all_reduce(flat, group=group)
+    start = 0
+    for p, anyone in zip(params, flat[-len(params) :].tolist(), strict=True):
+        grad = flat[start : start + p.numel()].view_as(p)
+        start += p.numel()
+        p.grad = grad.to(p.device, p.dtype) if anyone else None
 
 
 def save(state: dict, path: Path) -> None:

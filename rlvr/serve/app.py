@@ -198,8 +198,7 @@ def _sampling_routes(app: FastAPI, service: Service) -> None:
         prompt = [t for chunk in req.prompt.chunks for t in _chunk_tokens(chunk)]
         params = req.sampling_params.model_dump()
         scored = bool(req.prompt_logprobs)
-        job = partial(service.sample, weights, prompt, req.num_samples, params, scored)
-        reply = service.submit(job)
+        reply = service.sample(weights, prompt, req.num_samples, params, scored)
         ids = [f"{reply['request_id']}-{i}" for i in range(req.num_samples)]
         return {**reply, "sample_sequence_ids": ids}
 

@@ -1,10 +1,12 @@
 """Sampling for Tinker sampling clients: saved adapter weights (or the bare base) through rlvr's
-HF engine, with each token's logprob and, when asked, the prompt's."""
+HF engine, with each token's logprob and, when asked, the prompt's; in this process, or on the
+rollout workers of serve/cluster.py."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 
 import numpy as np
 
@@ -18,43 +20,40 @@ class Sampler:
     """Sampler snapshots as extra adapters on the host, one per saved path, made on first use;
     the least recently used goes once `keep` are loaded (an RL loop saves one every step)."""
 
-    def __init__(self, host: AdapterHost, seed: int = 0, keep: int = 4):
+    def __init__(self, host: AdapterHost, keep: int = 4):
         self.host, self.keep = host, keep
-        self.snapshots: OrderedDict[str, str] = OrderedDict()  # weights path -> adapter name
-        self.seed, self.calls, self.made = seed, 0, 0
+        self.snapshots: OrderedDict[str, str] = OrderedDict()  # weights version -> adapter name
+        self.made = 0
 
-    def snapshot(self, path: str, load: Callable[[], dict]) -> str:
-        """The adapter holding the weights saved at `path`; `load` reads them if not loaded."""
-        if path in self.snapshots:
-            self.snapshots.move_to_end(path)
-            return self.snapshots[path]
+    def snapshot(self, version: str, load: Callable[[], dict]) -> str:
+        """The adapter holding the weights of `version`; `load` reads them if not loaded."""
+        if version in self.snapshots:
+            self.snapshots.move_to_end(version)
+            return self.snapshots[version]
         while len(self.snapshots) >= self.keep:
             self.host.remove(self.snapshots.popitem(last=False)[1])
         name = f"sampler{self.made}"
         self.made += 1
         self.host.load(name, load(), optimizer=False)
-        self.snapshots[path] = name
+        self.snapshots[version] = name
         return name
 
-    def _seeds(self, params: dict, n: int) -> list[int]:
-        """Seed s gives samples s, s+1, ...; without one, a fresh stream per call."""
-        self.calls += 1
-        if params.get("seed") is not None:
-            return [sample_seed(params["seed"], i) for i in range(n)]
-        return [sample_seed(self.seed, self.calls, i) for i in range(n)]
-
     def sample(
-        self, adapter: str | None, prompt: list[int], n: int, params: dict, prompt_logprobs: bool
+        self,
+        version: str | None,
+        load: Callable[[], dict],
+        prompt: list[int],
+        n: int,
+        params: dict,
+        prompt_logprobs: bool,
+        seeds: list[int],
     ) -> tuple[list[dict], list[float] | None]:
-        """n sequences after `prompt` (dicts of tokens, logprobs, stop_reason) and, if asked, the
-        prompt tokens' logprobs (NaN for the first, which has no context)."""
-        host = self.host
-        max_tokens = params.get("max_tokens") or 16
-        if not 0 < len(prompt) + max_tokens <= host.max_length:
-            raise ValueError(
-                f"prompt of {len(prompt)} tokens plus max_tokens {max_tokens} exceeds the "
-                f"{host.max_length} positions of {host.name!r}"
-            )
+        """n sequences after `prompt` from the weights of `version` (None: the base), drawn with
+        `seeds` (dicts of tokens, logprobs, stop_reason) and, if asked, the prompt tokens'
+        logprobs (NaN for the first, which has no context)."""
+        adapter = None if version is None else self.snapshot(version, load)
+        host, max_tokens = self.host, params.get("max_tokens") or 16
+        host.check_prompt(prompt, max_tokens)
         stop = params.get("stop") or []
         stop = [stop] if isinstance(stop, str) else list(stop)
         stop_strings = tuple(s for s in stop if isinstance(s, str))
@@ -66,7 +65,7 @@ class Sampler:
         )  # fmt: skip
         with host.active(adapter) as model:
             engine = HFEngine(model, host.tokenizer)
-            replies = engine.generate([prompt] * n, settings, seeds=self._seeds(params, n))
+            replies = engine.generate([prompt] * n, settings, seeds=seeds)
             scored = self._prompt_logprobs(adapter, prompt) if prompt_logprobs else None
         return [_sequence(c, stop_tokens) for c in replies], scored
 
@@ -77,6 +76,29 @@ class Sampler:
             return [float("nan")]
         (logprobs,), _ = self.host.forward_backward(adapter, [datum], None, {}, backward=False)
         return [float("nan"), *logprobs.tolist()]
+
+
+def sample_seeds(params: dict, n: int, seed: int, call: int) -> list[int]:
+    """Seed s gives samples s, s+1, ...; without one, the service's seed and the call's number
+    pick a fresh stream, so the same call samples alike wherever it runs."""
+    if params.get("seed") is not None:
+        return [sample_seed(params["seed"], i) for i in range(n)]
+    return [sample_seed(seed, call, i) for i in range(n)]
+
+
+class InProcessRollout:
+    """Samples on the service's own model, on its worker thread (the model is shared with the
+    training clients, so one call at a time)."""
+
+    def __init__(self, host: AdapterHost, worker: Executor):
+        self.sampler, self.worker = Sampler(host), worker
+
+    def sample(self, *args) -> Future:
+        """Sampler.sample's arguments; its result, later."""
+        return self.worker.submit(self.sampler.sample, *args)
+
+    def close(self) -> None:
+        return None  # the service's worker is shut down by the service
 
 
 def _sequence(completion, stop_tokens: set[int]) -> dict:

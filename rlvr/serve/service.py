@@ -1,6 +1,6 @@
 """The state behind `rlvr serve`: sessions, training and sampling clients, checkpoints on disk,
-and the futures the Tinker SDK polls. Model work runs on one worker thread, in each training
-client's request order (the SDK's seq_id)."""
+and the futures the Tinker SDK polls. Training runs on one worker thread, in each training
+client's request order (the SDK's seq_id); sampling runs there too, or on Ray's rollout workers."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from rlvr.serve.adapters import AdapterHost, save
-from rlvr.serve.sampler import Sampler
+from rlvr.serve.sampler import InProcessRollout, sample_seeds
 from rlvr.serve.wire import ForwardBackward, write_forward_backward, write_sample
 
 # results already handed out, kept so that a poll whose answer was lost can ask again; the
@@ -45,10 +46,17 @@ class Turns:
 
 
 class Service:
-    def __init__(self, host: AdapterHost, state_dir: Path, tokenizer_id: str, seed: int = 0):
-        self.host, self.sampler = host, Sampler(host, seed)
+    """`host` is the base and its training clients in this process. A `cluster` (serve/cluster.py)
+    adds Ray's trainer ranks beside it and samples on Ray's rollout workers; None: all here."""
+
+    def __init__(self, host: AdapterHost, state_dir: Path, tokenizer_id: str, seed: int = 0,
+                 cluster=None):  # fmt: skip
+        self.host, self.cluster = host, cluster
         self.state_dir, self.tokenizer_id = Path(state_dir), tokenizer_id
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="rlvr-serve")
+        self.trainer = host if cluster is None else cluster.trainer
+        self.rollout = InProcessRollout(host, self.worker) if cluster is None else cluster.rollout
+        self.seed, self.calls = seed, 0
         self.results: dict[str, Future] = {}
         self.delivered: OrderedDict[str, Future] = OrderedDict()
         self.turns: dict[str, Turns] = {}
@@ -72,6 +80,15 @@ class Service:
             start()
         else:
             self._in_turn(model_id, seq_id, start)
+        return {"request_id": request_id}
+
+    def track(self, started: Future, convert: Callable[[object], object]) -> dict:
+        """Like submit, for work already started elsewhere: its result, converted, is polled."""
+        request_id = uuid.uuid4().hex
+        future: Future = Future()
+        with self.lock:
+            self.results[request_id] = future
+        started.add_done_callback(partial(_converted, future, convert))
         return {"request_id": request_id}
 
     def _in_turn(self, model_id: str, seq_id: int, start: Callable[[], None]) -> None:
@@ -123,7 +140,7 @@ class Service:
     def _save(self, model_id: str, kind: str, name: str | None, optimizer: bool) -> str:
         name = name or f"step-{uuid.uuid4().hex[:8]}"
         path = f"tinker://{model_id}/{kind}/{name}"
-        save(self.host.state(model_id, optimizer), self._file(path))
+        save(self.trainer.state(model_id, optimizer), self._file(path))
         return path
 
     # ---- jobs: each runs on the worker thread ----
@@ -135,18 +152,18 @@ class Service:
 
     def create_model(self, model_id: str, base_model: str, lora: dict) -> dict:
         self.check_base(base_model)
-        self.host.add(model_id, lora)
+        self.trainer.add(model_id, lora)
         return {"model_id": model_id, "type": "create_model"}
 
     def forward_backward(self, request: ForwardBackward) -> bytes:
         name = self.host.get(request.model_id).name
-        logprobs, metrics = self.host.forward_backward(
+        logprobs, metrics = self.trainer.forward_backward(
             name, request.data, request.loss_fn or None, request.config, not request.forward_only
         )
         return write_forward_backward({"logprobs": logprobs}, metrics)
 
     def optim_step(self, model_id: str, adam: dict) -> dict:
-        return {"metrics": self.host.optim_step(model_id, adam), "type": "optim_step"}
+        return {"metrics": self.trainer.optim_step(model_id, adam), "type": "optim_step"}
 
     def save_weights(self, model_id: str, name: str | None) -> dict:
         return {"path": self._save(model_id, "weights", name, True), "type": "save_weights"}
@@ -162,19 +179,35 @@ class Service:
 
     def load_weights(self, model_id: str, path: str, optimizer: bool, base: str | None) -> dict:
         self.check_base(base)
-        self.host.load(model_id, self.read(path), optimizer)
+        self.trainer.load(model_id, self.read(path), optimizer)
         return {"path": path, "model_id": model_id, "type": "load_weights"}
+
+    # ---- sampling: not a training client's turn, as it reads saved weights only ----
 
     def sample(
         self, weights: str | None, prompt: list[int], n: int, params: dict, scored: bool
-    ) -> bytes:
-        adapter = None
+    ) -> dict:
+        """Start sampling from the weights saved at `weights` (None: the base); its request id."""
+        try:
+            self.host.check_prompt(prompt, params.get("max_tokens") or 16)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        version, load = None, None
         if weights is not None:
             # loaded once per version: a save over the same name changes the file's mtime
             version = f"{weights}@{self._existing(weights).stat().st_mtime_ns}"
-            adapter = self.sampler.snapshot(version, lambda: self.read(weights))
-        sequences, prompt_logprobs = self.sampler.sample(adapter, prompt, n, params, scored)
-        return write_sample(sequences, prompt_logprobs)
+            load = partial(self.read, weights)
+        with self.lock:
+            self.calls += 1
+            seeds = sample_seeds(params, n, self.seed, self.calls)
+        started = self.rollout.sample(version, load, prompt, n, params, scored, seeds)
+        return self.track(started, lambda result: write_sample(*result))
+
+    def close(self) -> None:
+        """Stop taking work: the worker thread, and Ray's actors if there are any."""
+        self.worker.shutdown(wait=True)
+        if self.cluster is not None:
+            self.cluster.close()
 
 
 def _run(job: Callable[[], object], future: Future) -> None:
@@ -184,3 +217,7 @@ def _run(job: Callable[[], object], future: Future) -> None:
         future.set_result(job())
     except BaseException as error:  # noqa: BLE001 -- every failure goes back to the caller
         future.set_exception(error)
+
+
+def _converted(future: Future, convert: Callable[[object], object], started: Future) -> None:
+    _run(lambda: convert(started.result()), future)

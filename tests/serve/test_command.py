@@ -4,7 +4,7 @@ import pytest
 
 from rlvr.cli import parser
 from rlvr.config import ConfigError
-from rlvr.serve import is_local, main
+from rlvr.serve import distributed_settings, is_local, main
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
@@ -28,3 +28,13 @@ def test_a_key_the_sdk_would_refuse_is_refused_first():
     args = parser().parse_args(["serve", "--host", "0.0.0.0", "--api-key", "secret"])
     with pytest.raises(ConfigError, match="tml-"):
         main(args)
+
+
+def test_only_distributed_settings_are_taken_from_the_command_line():
+    args = parser().parse_args(["serve", "distributed.backend=ray", "distributed.trainer_ranks=2"])
+    distributed = distributed_settings(args.overrides)
+    assert (distributed.backend, distributed.trainer_ranks) == ("ray", 2)
+    with pytest.raises(ConfigError, match="distributed.\\* settings only"):
+        distributed_settings(["distributed.backend=ray", "model.name=gpt2"])
+    with pytest.raises(ConfigError, match="trainer_ranks"):
+        distributed_settings(["distributed.trainer_ranks=0"])

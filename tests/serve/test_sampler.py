@@ -1,6 +1,7 @@
 """Sampler snapshots: one adapter per saved path, the oldest dropped past `keep`, so an RL loop
 that saves weights every step does not grow the model."""
 
+import pytest
 import torch
 
 from rlvr.models import tiny
@@ -26,9 +27,14 @@ def test_old_snapshots_leave_the_model_and_new_ones_sample_their_own_weights():
     assert set(host.model.peft_config) == {"client", names[1], names[2]}
     assert sampler.snapshot("tinker://c/sampler_weights/2", None) == names[2]  # not reloaded
     prompt = tokenizer.encode("<|user|>1+2<|end|><|assistant|>")
-    params = {"max_tokens": 3, "temperature": 0.0}
-    newest, _ = sampler.sample(names[2], prompt, 1, params, False)
-    current, _ = sampler.sample("client", prompt, 1, params, False)  # the same weights
-    base, _ = sampler.sample(None, prompt, 1, params, False)
-    assert newest[0]["logprobs"] == current[0]["logprobs"]
+    params, seeds = {"max_tokens": 3, "temperature": 0.0}, [0]
+    newest, _ = sampler.sample(
+        "tinker://c/sampler_weights/2", None, prompt, 1, params, False, seeds
+    )
+    base, _ = sampler.sample(None, None, prompt, 1, params, False, seeds)
+    with host.active("client") as model, torch.no_grad():  # the same weights, as trained
+        ids = torch.tensor([prompt + newest[0]["tokens"][:-1]])
+        scored = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 :], -1)
+    want = scored.gather(-1, torch.tensor(newest[0]["tokens"])[:, None])[:, 0].tolist()
+    assert newest[0]["logprobs"] == pytest.approx(want, abs=1e-5)
     assert newest[0]["logprobs"] != base[0]["logprobs"]
