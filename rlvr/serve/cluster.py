@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 
 import numpy as np
 import torch
@@ -44,11 +45,10 @@ class Replica:
         self.host = AdapterHost(name, model, tokenizer)
         self.sampler = Sampler(self.host)
 
-    def join(self, init_method: str, rank: int, world_size: int, timeout: float) -> dict:
+    def join(self, init_method: str, rank: int, world_size: int, timeout: float) -> None:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout))  # fmt: skip
         self.host.group = dist.group.WORLD
-        return where()
 
     def apply(self, method: str, *args) -> None:
         """A change every rank makes alike (add, load), or a step (optim_step)."""
@@ -58,6 +58,7 @@ class Replica:
         return self.host.forward_backward(*args)
 
     def state(self, name: str) -> dict:
+        """This rank's copy of a client, as a checkpoint holds it (rank 0's is the one saved)."""
         return self.host.state(name, optimizer=True)
 
     def sample(self, version: str | None, weights: list, *args):
@@ -98,6 +99,7 @@ class RankedTrainer:
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Rank r takes the r-th contiguous share of the datums; the logprobs come back in the
         datums' order and the loss is the sum of the shares' (Tinker's losses are sums)."""
+        self._refuse_if_broken()
         self.host.check(data, loss_fn, config)  # refused here, before any rank starts
         shares = np.array_split(np.arange(len(data)), len(self.ranks) + 1)
         part = [[data[i] for i in share] for share in shares]
@@ -106,23 +108,25 @@ class RankedTrainer:
             for rank, share in zip(self.ranks, part[1:], strict=True)
             if share
         ]
-        results = [self._run(lambda: self.host.forward_backward(name, part[0], loss_fn, config,
-                                                                 backward), started)]  # fmt: skip
-        results += self._get(started)
+        here = partial(self.host.forward_backward, name, part[0], loss_fn, config, backward)
+        results = [self._run(here, started), *self._get(started)]
         logprobs = [row for rows, _ in results for row in rows]
         metrics = {k: sum(m[k] for _, m in results) for k in results[0][1]}
         return logprobs, metrics
 
     def _everywhere(self, method: str, *args):
+        self._refuse_if_broken()
         started = [rank.apply.remote(method, *args) for rank in self.ranks]
-        result = self._run(lambda: getattr(self.host, method)(*args), started)
+        result = self._run(partial(getattr(self.host, method), *args), started)
         self._get(started)
         return result
 
-    def _run(self, here: Callable, started: list):
-        """Rank 0's part, while the peers run theirs; a failure leaves the ranks unequal."""
+    def _refuse_if_broken(self) -> None:
         if self.broken:
             raise TrainerRankError(self.broken)
+
+    def _run(self, here: Callable, started: list):
+        """Rank 0's part, while the peers run theirs; a failure leaves the ranks unequal."""
         try:
             return here()
         except (ValueError, KeyError):  # every rank refuses it alike, and changes nothing
@@ -237,23 +241,32 @@ class Cluster:
                        max_task_retries=d.max_restarts)  # fmt: skip
         self.trainer = RankedTrainer(host, ranks, d.rollout_timeout) if ranks else host
         self.rollout = RolloutWorkers(workers, d.rollout_timeout)
-        placement = [where()]
-        if ranks:
-            placement += self._join(host, ranks, d.rollout_timeout)
+        try:
+            # an actor that cannot load the base says so here, not as a hang in the join
+            placed = ray.get([a.where.remote() for a in ranks + workers], timeout=d.rollout_timeout)
+            if ranks:
+                self._join(host, ranks, d.rollout_timeout)
+        except BaseException as error:
+            if isinstance(self.trainer, RankedTrainer):
+                self.trainer.broken = "the trainer ranks did not start"
+            self.close()
+            if isinstance(error, ray.exceptions.RayError):
+                raise RuntimeError(f"rlvr serve's Ray actors did not start: {error}") from None
+            raise
         self.placement = {
-            "trainer rank": placement,
-            "rollout worker": ray.get([w.where.remote() for w in workers], timeout=d.rollout_timeout),
-        }  # fmt: skip
+            "trainer rank": [where(), *placed[: len(ranks)]],
+            "rollout worker": placed[len(ranks) :],
+        }
 
     @staticmethod
-    def _join(host: AdapterHost, ranks: list, timeout: float) -> list[dict]:
+    def _join(host: AdapterHost, ranks: list, timeout: float) -> None:
         ray = ray_module()
         init, world = f"tcp://{ray.util.get_node_ip_address()}:{free_port()}", len(ranks) + 1
         joined = [r.join.remote(init, i + 1, world, timeout) for i, r in enumerate(ranks)]
         dist.init_process_group("gloo", init_method=init, rank=0, world_size=world,
                                 timeout=timedelta(seconds=timeout))  # fmt: skip
         host.group = dist.group.WORLD
-        return ray.get(joined, timeout=timeout)
+        ray.get(joined, timeout=timeout)
 
     def describe(self) -> list[str]:
         return [line for kind, p in self.placement.items() for line in placement_lines(kind, p)]
@@ -265,7 +278,8 @@ class Cluster:
         if isinstance(trainer, RankedTrainer):
             if not trainer.broken:
                 ray.get([r.leave.remote() for r in trainer.ranks], timeout=trainer.timeout)
-            dist.destroy_process_group()
+            if dist.is_initialized():  # this service's group: a second one is refused
+                dist.destroy_process_group()
             trainer.host.group = None
         for actor in [*getattr(trainer, "ranks", []), *self.rollout.workers]:
             ray.kill(actor)

@@ -181,7 +181,7 @@ def test_sampling_from_saved_weights_and_prompt_logprobs(served):
     seqs = sequences(training.get_tokenizer())
     for _ in range(3):
         sft_step(training, seqs)
-    sampler = training.save_weights_and_get_sampling_client()
+    sampler = training.save_weights_and_get_sampling_client().result()
     ids, targets, _ = seqs[0]
     prompt = types.ModelInput.from_ints(ids)
     params = types.SamplingParams(max_tokens=4, temperature=1.0, seed=7)

@@ -10,6 +10,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.models import tiny
 from rlvr.serve import build_service, in_thread
 from rlvr.serve.adapters import AdapterHost
+from rlvr.serve.cluster import Cluster
 from rlvr.serve.sampler import Sampler, sample_seeds
 
 from .conftest import OPEN, client
@@ -115,7 +116,7 @@ def test_rollout_workers_sample_what_this_process_would(cluster_served, tmp_path
     seqs = sequences(training.get_tokenizer())
     for _ in range(2):
         sft_step(training, seqs)
-    sampling = training.save_weights_and_get_sampling_client()
+    sampling = training.save_weights_and_get_sampling_client().result()
     ids = seqs[0][0]
     params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=11)
     got = sampling.sample(types.ModelInput.from_ints(ids), 3, params, True).result()
@@ -144,3 +145,29 @@ def test_sharded_trainer_ranks_are_refused_before_anything_starts(tmp_path):
     distributed = load_config(None, [*TWO_BY_TWO, "distributed.trainer_sharding=fsdp"]).distributed
     with pytest.raises(ConfigError, match="trainer_sharding"):
         build_service("tiny", tmp_path, distributed=distributed)
+
+
+def test_actors_that_cannot_load_the_base_say_so(cluster_served, tmp_path):
+    tokenizer = tiny.build_tokenizer()
+    host = AdapterHost("tiny", tiny.build_model("nano", tokenizer, 0), tokenizer)
+    one_worker = [*TWO_BY_TWO, "distributed.trainer_ranks=1", "distributed.rollout_workers=1"]
+    with pytest.raises(RuntimeError, match="(?s)did not start.*no-such-model"):
+        Cluster(load_config(None, one_worker).distributed, host, str(tmp_path / "no-such-model"))
+    with pytest.raises(ConfigError, match="already belongs to a torch.distributed group"):
+        Cluster(load_config(None, TWO_BY_TWO).distributed, host, "unused")  # the fixture's
+
+
+def test_a_rank_that_fails_stops_training_calls_until_a_restart(cluster_served):
+    url, service = cluster_served
+    training = client(url).create_lora_training_client(base_model="tiny", rank=RANK).result()
+    seqs = sequences(training.get_tokenizer())
+    data = datums(seqs, "cross_entropy", [None] * len(seqs))
+    (peer,) = service.trainer.ranks
+    ray.get(peer.apply.remote("remove", training.model_id))  # rank 1 loses the client: unequal
+    try:
+        with pytest.raises(Exception, match="a trainer rank failed"):
+            training.forward_backward(data, "cross_entropy").result()
+        with pytest.raises(Exception, match="restart rlvr serve and load the last checkpoint"):
+            training.optim_step(types.AdamParams(learning_rate=LR)).result()
+    finally:
+        service.trainer.broken = None  # the other tests' clients are still equal on both ranks
