@@ -97,9 +97,6 @@ class InProcessRollout:
         """Sampler.sample's arguments; its result, later."""
         return self.worker.submit(self.sampler.sample, *args)
 
-    def close(self) -> None:
-        return None  # the service's worker is shut down by the service
-
 
 def _sequence(completion, stop_tokens: set[int]) -> dict:
     """Tinker's sequence: cut after the first stop token; "stop" unless it ran out of tokens."""

@@ -68,10 +68,7 @@ class Service:
     def submit(self, job: Callable[[], object], model_id: str | None = None, seq_id=None) -> dict:
         """Queue `job`; its result is polled by request id. With a model and seq_id it waits for
         that client's earlier requests."""
-        request_id = uuid.uuid4().hex
-        future: Future = Future()
-        with self.lock:
-            self.results[request_id] = future
+        request_id, future = self._pending()
 
         def start() -> None:
             self.worker.submit(_run, job, future)
@@ -84,12 +81,15 @@ class Service:
 
     def track(self, started: Future, convert: Callable[[object], object]) -> dict:
         """Like submit, for work already started elsewhere: its result, converted, is polled."""
-        request_id = uuid.uuid4().hex
-        future: Future = Future()
-        with self.lock:
-            self.results[request_id] = future
+        request_id, future = self._pending()
         started.add_done_callback(partial(_converted, future, convert))
         return {"request_id": request_id}
+
+    def _pending(self) -> tuple[str, Future]:
+        request_id, future = uuid.uuid4().hex, Future()
+        with self.lock:
+            self.results[request_id] = future
+        return request_id, future
 
     def _in_turn(self, model_id: str, seq_id: int, start: Callable[[], None]) -> None:
         with self.lock:
