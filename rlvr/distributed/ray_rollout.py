@@ -56,6 +56,19 @@ def connect(d: DistributedConfig, actors: int) -> bool:
     return True
 
 
+def get_within(refs, timeout: float, what: str):
+    """ray.get(refs), or RolloutTimeoutError saying `what` did not happen within `timeout` s
+    (distributed.rollout_timeout): never a silent hang."""
+    ray = ray_module()
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise RolloutTimeoutError(
+            f"{what} within distributed.rollout_timeout = {timeout:g} s; see "
+            "/tmp/ray/session_latest/logs"
+        ) from None
+
+
 def where() -> dict:
     """This actor's node, process and devices: logged so a user sees what ran where."""
     ray = ray_module()

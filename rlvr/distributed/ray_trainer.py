@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from rlvr.config import Config
 from rlvr.distributed.ray_rollout import (
     RolloutTimeoutError,
+    get_within,
     placement_lines,
     ray_module,
     where,
@@ -274,14 +275,7 @@ class RayUpdateGroup:
         return self._get([r.weights_checksum.remote() for r in self.ranks])
 
     def _get(self, refs: list) -> list:
-        ray = ray_module()
-        try:
-            return ray.get(refs, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise RolloutTimeoutError(
-                f"trainer ranks did not answer within distributed.rollout_timeout = "
-                f"{self.timeout:g} s; see /tmp/ray/session_latest/logs"
-            ) from None
+        return get_within(refs, self.timeout, "trainer ranks did not answer")
 
     def close(self) -> None:
         ray = ray_module()

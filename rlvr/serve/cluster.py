@@ -17,9 +17,9 @@ import torch.distributed as dist
 
 from rlvr.config import ConfigError, DistributedConfig
 from rlvr.distributed.ray_rollout import (
-    RolloutTimeoutError,
     WorkerDiedError,
     connect,
+    get_within,
     placement_lines,
     ray_module,
     where,
@@ -191,15 +191,9 @@ class RolloutWorkers:
             self.in_flight[index] -= 1
 
     def _get(self, ref):
-        ray = ray_module()
         try:
-            return ray.get(ref, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise RolloutTimeoutError(
-                f"a rollout worker did not sample within distributed.rollout_timeout = "
-                f"{self.timeout:g} s; see /tmp/ray/session_latest/logs"
-            ) from None
-        except ray.exceptions.RayActorError as error:
+            return get_within(ref, self.timeout, "a rollout worker did not sample")
+        except ray_module().exceptions.RayActorError as error:
             raise WorkerDiedError(
                 f"a rollout worker died more than distributed.max_restarts times ({error})"
             ) from None
