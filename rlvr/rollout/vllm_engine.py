@@ -111,17 +111,15 @@ class VLLMEngine:
         if self.adapter_dir is not None:
             weakref.finalize(self, shutil.rmtree, self.adapter_dir, True)
         self.lora_request = None  # the synced adapter, once there is one
+        self.adapter_ids: dict[str, int] = {}  # use_adapter's paths, each with its own id
         if lora_rank > LORA_RANKS[-1]:
             raise ValueError(
                 f"model.lora.r = {lora_rank}: vLLM serves adapters up to rank {LORA_RANKS[-1]}. "
                 "Fix: a smaller rank, or rollout.vllm.lora_sync=merged."
             )
+        self.max_lora_rank = next(r for r in LORA_RANKS if r >= lora_rank) if lora_rank else 0
         lora = (
-            dict(
-                enable_lora=True,
-                max_loras=1,
-                max_lora_rank=next(r for r in LORA_RANKS if r >= lora_rank),
-            )
+            dict(enable_lora=True, max_loras=1, max_lora_rank=self.max_lora_rank)
             if lora_rank
             else {}
         )
@@ -193,6 +191,17 @@ class VLLMEngine:
                 )
             )
         return completions
+
+    def use_adapter(self, path: str | None) -> None:
+        """Sample with the peft adapter saved in directory `path` from now on (None: the base),
+        for a caller that keeps several adapters' files (rlvr serve's sampler snapshots)."""
+        from vllm.lora.request import LoRARequest
+
+        if path is None:
+            self.lora_request = None
+            return
+        lora_id = self.adapter_ids.setdefault(path, len(self.adapter_ids) + 2)  # 1: the policy's
+        self.lora_request = LoRARequest(os.path.basename(path), lora_id, path)
 
     def release_memory(self) -> None:
         """GPU with sleep mode: drop the KV cache and offload the weights while the policy

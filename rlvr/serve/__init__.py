@@ -16,6 +16,7 @@ from pathlib import Path
 from rlvr.config import ConfigError
 
 LOCAL_HOSTS = {"localhost"}
+SETTINGS = ("distributed.", "rollout.vllm.")  # the config sections rlvr serve reads
 
 
 def is_local(host: str) -> bool:
@@ -28,33 +29,55 @@ def is_local(host: str) -> bool:
 
 
 def build_service(
-    model: str, state_dir: Path, seed: int = 0, preset: str = "nano", distributed=None
+    model: str,
+    state_dir: Path,
+    seed: int = 0,
+    preset: str = "nano",
+    distributed=None,
+    engine: str = "hf",
+    vllm=None,
+    max_lora_rank: int = 64,
 ):
     """The Service for base model `model`: "tiny" (rlvr's embedded model, freshly initialised
     from `seed`), a local HF model directory, or a hub id; on Ray's actors when `distributed`
-    (a DistributedConfig) names backend "ray", else all in this process."""
+    (a DistributedConfig) names backend "ray", else all in this process, sampling with
+    `engine`: "hf", or "vllm" with `vllm` (VLLMSettings; None: the defaults), which reserves
+    room for adapters up to `max_lora_rank`."""
     from rlvr.models import tiny
     from rlvr.models.loading import load_model
     from rlvr.serve.adapters import AdapterHost
     from rlvr.serve.service import Service
 
+    on_ray = distributed is not None and distributed.backend == "ray"
+    if engine not in ("hf", "vllm") or (engine == "vllm" and on_ray):
+        raise ConfigError(
+            f"rlvr serve --engine {engine}: the engines are hf and vllm, and vllm runs in one "
+            "process only (not with distributed.backend=ray)"
+        )
     state_dir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":
         tokenizer = tiny.build_tokenizer()
         network = tiny.build_model(preset, tokenizer, seed)
         path = str(state_dir / "base")
-        network.save_pretrained(path)  # Ray's actors load the same weights from here
+        network.save_pretrained(path)  # Ray's actors and vLLM load the same weights from here
         tokenizer.save_pretrained(path)  # and the SDK the tokenizer
     else:
         network, tokenizer = load_model(model, key="rlvr serve --model")
         path = model
     host = AdapterHost(model, network, tokenizer)
-    cluster = None
-    if distributed is not None and distributed.backend == "ray":
+    if on_ray:
         from rlvr.serve.cluster import Cluster
 
-        cluster = Cluster(distributed, host, path)
-    return Service(host, state_dir, path, seed, cluster)
+        return Service(host, state_dir, path, seed, cluster=Cluster(distributed, host, path))
+    sampling = None
+    if engine == "vllm":
+        from rlvr.config import VLLMSettings
+        from rlvr.rollout.hf_engine import eos_ids
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        sampling = VLLMEngine(path, tokenizer, eos_ids(network, tokenizer), vllm or VLLMSettings(),
+                              seed=seed, lora_rank=max_lora_rank)  # fmt: skip
+    return Service(host, state_dir, path, seed, engine=sampling)
 
 
 @contextmanager
@@ -97,26 +120,32 @@ def add_parser(sub) -> None:
     p.add_argument("--state-dir", default="serve_state", help="checkpoints are saved here")
     p.add_argument("--seed", type=int, default=0, help="the tiny model's init and sampling seed")
     p.add_argument("--max-request-mb", type=float, default=64, help="largest request accepted")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
+                   help="what samples: rlvr's HF engine, or vLLM (the vllm extra)")  # fmt: skip
+    p.add_argument("--max-lora-rank", type=int, default=64,
+                   help="vllm: the largest LoRA rank it can sample (it reserves room for it)")  # fmt: skip
     p.add_argument(
-        "overrides", nargs="*", metavar="distributed.KEY=VALUE",
-        help="where the work runs, as rlvr train takes it: distributed.backend=ray "
-        "distributed.trainer_ranks=2 distributed.rollout_workers=2 ... (default: this process)",
+        "overrides", nargs="*", metavar="SECTION.KEY=VALUE",
+        help="distributed.* (where the work runs: distributed.backend=ray "
+        "distributed.trainer_ranks=2 ...; default: this process) and rollout.vllm.* (the vllm "
+        "engine's settings), as rlvr train takes them",
     )  # fmt: skip
     p.set_defaults(func=main)
 
 
-def distributed_settings(overrides: list[str]):
-    """The distributed section of rlvr's config from `overrides`; ConfigError for any other key
-    (the model, losses and optimizer come from the clients)."""
+def served_settings(overrides: list[str]):
+    """rlvr's config with `overrides` of the settings rlvr serve takes (SETTINGS); ConfigError
+    for any other key (the model comes from --model, the losses and optimizer from clients)."""
     from rlvr.config import load_config
 
-    other = [o for o in overrides if not o.startswith("distributed.")]
+    other = [o for o in overrides if not o.startswith(SETTINGS)]
     if other:
         raise ConfigError(
-            f"rlvr serve takes distributed.* settings only; got {other}. Fix: pick the model "
-            "with --model; the losses and the optimizer are the clients' choice."
+            f"rlvr serve takes {' and '.join(k + '*' for k in SETTINGS)} settings only; got "
+            f"{other}. Fix: pick the model with --model; the losses and the optimizer are the "
+            "clients' choice."
         )
-    return load_config(None, overrides).distributed
+    return load_config(None, overrides)
 
 
 def main(args: argparse.Namespace) -> None:
@@ -132,8 +161,10 @@ def main(args: argparse.Namespace) -> None:
 
     from rlvr.serve.app import build_app
 
-    distributed = distributed_settings(args.overrides)
-    service = build_service(args.model, Path(args.state_dir), args.seed, distributed=distributed)
+    cfg = served_settings(args.overrides)
+    service = build_service(args.model, Path(args.state_dir), args.seed,
+                            distributed=cfg.distributed, engine=args.engine,
+                            vllm=cfg.rollout.vllm, max_lora_rank=args.max_lora_rank)  # fmt: skip
     if service.cluster is not None:
         print("\n".join(service.cluster.describe()), flush=True)
     app = build_app(service, args.api_key, args.max_request_mb)

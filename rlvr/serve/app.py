@@ -104,6 +104,13 @@ def _session_routes(app: FastAPI, service: Service) -> None:
         service.sampling_sessions[session] = req.model_path
         return {"type": "create_sampling_session", "sampling_session_id": session}
 
+    @app.get("/api/v1/samplers/{session}")
+    async def sampler(session: str):  # asked by a sampling client made from a path alone
+        if session not in service.sampling_sessions:
+            raise UserError(f"no sampling session {session!r}")
+        path = service.sampling_sessions[session]
+        return {"sampler_id": session, "base_model": service.host.name, "model_path": path}
+
 
 def _model_routes(app: FastAPI, service: Service) -> None:
     @app.post("/api/v1/create_model")

@@ -1,12 +1,16 @@
 """Sampling for Tinker sampling clients: saved adapter weights (or the bare base) through rlvr's
-HF engine, with each token's logprob and, when asked, the prompt's; in this process, or on the
-rollout workers of serve/cluster.py."""
+HF engine or vLLM, with each token's logprob and, when asked, the prompt's; in this process, or
+on the rollout workers of serve/cluster.py."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from pathlib import Path
 
 import numpy as np
 
@@ -18,25 +22,51 @@ from rlvr.serve.wire import Datum
 
 class Sampler:
     """Sampler snapshots as extra adapters on the host, one per saved path, made on first use;
-    the least recently used goes once `keep` are loaded (an RL loop saves one every step)."""
+    the least recently used goes once `keep` are loaded (an RL loop saves one every step).
 
-    def __init__(self, host: AdapterHost, keep: int = 4):
-        self.host, self.keep = host, keep
+    With a VLLMEngine on the same base, vLLM samples: each snapshot is also written as a peft
+    adapter directory for it, and the host scores prompts. Without, rlvr's HF engine samples
+    on the host's model."""
+
+    def __init__(self, host: AdapterHost, keep: int = 4, engine=None):
+        self.host, self.keep, self.engine = host, keep, engine
         self.snapshots: OrderedDict[str, str] = OrderedDict()  # weights version -> adapter name
         self.made = 0
+        self.files = Path(tempfile.mkdtemp(prefix="rlvr-serve-adapters-")) if engine else None
+        if self.files is not None:
+            weakref.finalize(self, shutil.rmtree, self.files, True)
 
     def snapshot(self, version: str, load: Callable[[], dict]) -> str:
         """The adapter holding the weights of `version`; `load` reads them if not loaded."""
         if version in self.snapshots:
             self.snapshots.move_to_end(version)
             return self.snapshots[version]
+        state = load()
+        if self.engine is not None and state["lora"]["rank"] > self.engine.max_lora_rank:
+            raise ValueError(
+                f"LoRA rank {state['lora']['rank']} is above the {self.engine.max_lora_rank} the "
+                "vLLM engine reserved; start rlvr serve with a larger --max-lora-rank"
+            )
         while len(self.snapshots) >= self.keep:
-            self.host.remove(self.snapshots.popitem(last=False)[1])
+            self._drop(self.snapshots.popitem(last=False)[1])
         name = f"sampler{self.made}"
         self.made += 1
-        self.host.load(name, load(), optimizer=False)
+        self.host.load(name, state, optimizer=False)
+        if self.files is not None:  # peft writes an adapter other than "default" to files/name
+            self.host.model.save_pretrained(str(self.files), selected_adapters=[name])
         self.snapshots[version] = name
         return name
+
+    def _drop(self, name: str) -> None:
+        self.host.remove(name)
+        if self.files is not None:
+            shutil.rmtree(self.files / name, ignore_errors=True)
+
+    def _engine(self, adapter: str | None, model):
+        if self.engine is None:
+            return HFEngine(model, self.host.tokenizer)
+        self.engine.use_adapter(None if adapter is None else str(self.files / adapter))
+        return self.engine
 
     def sample(
         self,
@@ -64,8 +94,7 @@ class Sampler:
             stop=stop_strings,
         )  # fmt: skip
         with host.active(adapter) as model:
-            engine = HFEngine(model, host.tokenizer)
-            replies = engine.generate([prompt] * n, settings, seeds=seeds)
+            replies = self._engine(adapter, model).generate([prompt] * n, settings, seeds=seeds)
             scored = self._prompt_logprobs(adapter, prompt) if prompt_logprobs else None
         return [_sequence(c, stop_tokens) for c in replies], scored
 
@@ -90,8 +119,8 @@ class InProcessRollout:
     """Samples on the service's own model, on its worker thread (the model is shared with the
     training clients, so one call at a time)."""
 
-    def __init__(self, host: AdapterHost, worker: Executor):
-        self.sampler, self.worker = Sampler(host), worker
+    def __init__(self, host: AdapterHost, worker: Executor, engine=None):
+        self.sampler, self.worker = Sampler(host, engine=engine), worker
 
     def sample(self, *args) -> Future:
         """Sampler.sample's arguments; its result, later."""

@@ -47,15 +47,16 @@ class Turns:
 
 class Service:
     """`host` is the base and its training clients in this process. A `cluster` (serve/cluster.py)
-    adds Ray's trainer ranks beside it and samples on Ray's rollout workers; None: all here."""
+    adds Ray's trainer ranks beside it and samples on Ray's rollout workers; None: all here,
+    sampling with `engine` (a VLLMEngine) or, None, rlvr's HF engine."""
 
     def __init__(self, host: AdapterHost, state_dir: Path, tokenizer_id: str, seed: int = 0,
-                 cluster=None):  # fmt: skip
+                 cluster=None, engine=None):  # fmt: skip
         self.host, self.cluster = host, cluster
         self.state_dir, self.tokenizer_id = Path(state_dir), tokenizer_id
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="rlvr-serve")
         self.trainer = host if cluster is None else cluster.trainer
-        self.rollout = InProcessRollout(host, self.worker) if cluster is None else cluster.rollout
+        self.rollout = cluster.rollout if cluster else InProcessRollout(host, self.worker, engine)
         self.seed, self.calls = seed, 0
         self.results: dict[str, Future] = {}
         self.delivered: OrderedDict[str, Future] = OrderedDict()

@@ -24,10 +24,11 @@ def client(url, api_key=KEY):
 
 
 @contextmanager
-def running(state_dir, api_key=None, max_request_mb=64.0, model="tiny"):
+def running(state_dir, api_key=None, max_request_mb=64.0, model="tiny", **options):
     """(base url, Service) of a service on a free local port, stopped on exit like a killed
-    process: nothing of it survives but what it wrote to state_dir."""
-    service = build_service(model, state_dir, seed=0)
+    process: nothing of it survives but what it wrote to state_dir. `options` go to
+    build_service."""
+    service = build_service(model, state_dir, seed=0, **options)
     with in_thread(service, api_key, max_request_mb) as url:
         try:
             yield url, service

@@ -192,6 +192,11 @@ def test_sampling_from_saved_weights_and_prompt_logprobs(served):
     assert first.prompt_logprobs[0] is None
     want = forward_logprobs(training, seqs)[0][: len(ids) - 1]
     np.testing.assert_allclose(first.prompt_logprobs[1:], want, rtol=1e-5, atol=1e-5)
+    named = training.save_weights_for_sampler("named").result().path
+    from_path = sc.create_sampling_client(model_path=named)  # asks the service for its base
+    assert from_path.get_base_model() == "tiny"
+    again_from_path = from_path.sample(prompt, 3, params).result().sequences
+    assert [s.tokens for s in again_from_path] == [s.tokens for s in first.sequences]
     greedy = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=4, temperature=0.0)).result()
     token = greedy.sequences[0].tokens[0]  # its logprob: the trained policy's, at the prompt's end
     scored = forward_logprobs(training, [(ids, [*ids[1:], token], [1.0] * len(ids))])[0]

@@ -4,7 +4,7 @@ import pytest
 
 from rlvr.cli import parser
 from rlvr.config import ConfigError
-from rlvr.serve import distributed_settings, is_local, main
+from rlvr.serve import build_service, is_local, main, served_settings
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
@@ -30,11 +30,21 @@ def test_a_key_the_sdk_would_refuse_is_refused_first():
         main(args)
 
 
-def test_only_distributed_settings_are_taken_from_the_command_line():
-    args = parser().parse_args(["serve", "distributed.backend=ray", "distributed.trainer_ranks=2"])
-    distributed = distributed_settings(args.overrides)
-    assert (distributed.backend, distributed.trainer_ranks) == ("ray", 2)
-    with pytest.raises(ConfigError, match="distributed.\\* settings only"):
-        distributed_settings(["distributed.backend=ray", "model.name=gpt2"])
+def test_only_distributed_and_vllm_settings_are_taken_from_the_command_line():
+    args = parser().parse_args(
+        ["serve", "distributed.backend=ray", "distributed.trainer_ranks=2",
+         "rollout.vllm.kv_cache_gib=2"]
+    )  # fmt: skip
+    cfg = served_settings(args.overrides)
+    assert (cfg.distributed.backend, cfg.distributed.trainer_ranks) == ("ray", 2)
+    assert cfg.rollout.vllm.kv_cache_gib == 2
+    with pytest.raises(ConfigError, match="distributed.\\* and rollout.vllm.\\* settings only"):
+        served_settings(["distributed.backend=ray", "model.name=gpt2"])
     with pytest.raises(ConfigError, match="trainer_ranks"):
-        distributed_settings(["distributed.trainer_ranks=0"])
+        served_settings(["distributed.trainer_ranks=0"])
+
+
+def test_vllm_is_refused_on_ray_before_anything_starts(tmp_path):
+    distributed = served_settings(["distributed.backend=ray"]).distributed
+    with pytest.raises(ConfigError, match="vllm runs in one process only"):
+        build_service("tiny", tmp_path, distributed=distributed, engine="vllm")
