@@ -40,20 +40,21 @@ def build_service(
 ):
     """The Service for base model `model`: "tiny" (rlvr's embedded model, freshly initialised
     from `seed`), a local HF model directory, or a hub id; on Ray's actors when `distributed`
-    (a DistributedConfig) names backend "ray", else all in this process, sampling with
-    `engine`: "hf", or "vllm" with `vllm` (VLLMSettings; None: the defaults), which reserves
-    room for adapters up to `max_lora_rank`."""
+    (a DistributedConfig) names backend "ray", else all in this process. `engine` samples:
+    "hf", or "vllm" with `vllm` (VLLMSettings; None: the defaults), which reserves room for
+    adapters up to `max_lora_rank` (on Ray, each rollout worker runs its own)."""
+    from rlvr.config import VLLMSettings
     from rlvr.models import tiny
     from rlvr.models.loading import load_model
     from rlvr.serve.adapters import AdapterHost
+    from rlvr.serve.sampler import VLLMSampling
     from rlvr.serve.service import Service
 
-    on_ray = distributed is not None and distributed.backend == "ray"
-    if engine not in ("hf", "vllm") or (engine == "vllm" and on_ray):
-        raise ConfigError(
-            f"rlvr serve --engine {engine}: the engines are hf and vllm, and vllm runs in one "
-            "process only (not with distributed.backend=ray)"
-        )
+    if engine not in ("hf", "vllm"):
+        raise ConfigError(f"rlvr serve --engine {engine}: the engines are hf and vllm")
+    sampling = (
+        VLLMSampling(vllm or VLLMSettings(), max_lora_rank, seed) if engine == "vllm" else None
+    )
     state_dir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":
         tokenizer = tiny.build_tokenizer()
@@ -65,19 +66,13 @@ def build_service(
         network, tokenizer = load_model(model, key="rlvr serve --model")
         path = model
     host = AdapterHost(model, network, tokenizer)
-    if on_ray:
+    if distributed is not None and distributed.backend == "ray":
         from rlvr.serve.cluster import Cluster
 
-        return Service(host, state_dir, path, seed, cluster=Cluster(distributed, host, path))
-    sampling = None
-    if engine == "vllm":
-        from rlvr.config import VLLMSettings
-        from rlvr.rollout.hf_engine import eos_ids
-        from rlvr.rollout.vllm_engine import VLLMEngine
-
-        sampling = VLLMEngine(path, tokenizer, eos_ids(network, tokenizer), vllm or VLLMSettings(),
-                              seed=seed, lora_rank=max_lora_rank)  # fmt: skip
-    return Service(host, state_dir, path, seed, engine=sampling)
+        cluster = Cluster(distributed, host, path, sampling)
+        return Service(host, state_dir, path, seed, cluster=cluster)
+    local = sampling.engine(path, network, tokenizer) if sampling else None
+    return Service(host, state_dir, path, seed, engine=local)
 
 
 @contextmanager

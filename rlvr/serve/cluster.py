@@ -27,7 +27,7 @@ from rlvr.distributed.ray_rollout import (
 from rlvr.distributed.ray_trainer import TrainerRankError, free_port
 from rlvr.models.loading import load_model
 from rlvr.serve.adapters import AdapterHost
-from rlvr.serve.sampler import Sampler
+from rlvr.serve.sampler import Sampler, VLLMSampling
 from rlvr.serve.wire import Datum
 
 KEPT_VERSIONS = 8  # saved weights kept in Ray's object store for the rollout workers
@@ -37,13 +37,14 @@ class Replica:
     """One actor's copy of the base and its adapters: a trainer rank or a rollout worker (made
     remote by Cluster)."""
 
-    def __init__(self, name: str, path: str, threads: int):
+    def __init__(self, name: str, path: str, threads: int, sampling: VLLMSampling | None):
         torch.set_num_threads(threads)
         model, tokenizer = load_model(path, key="rlvr serve --model")
+        engine = sampling.engine(path, model, tokenizer) if sampling else None
         if ray_module().get_gpu_ids():
             model = model.to("cuda")
         self.host = AdapterHost(name, model, tokenizer)
-        self.sampler = Sampler(self.host)
+        self.sampler = Sampler(self.host, engine=engine)
 
     def join(self, init_method: str, rank: int, world_size: int, timeout: float) -> None:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
@@ -205,9 +206,10 @@ class RolloutWorkers:
 class Cluster:
     """distributed.trainer_ranks - 1 peer trainer ranks beside this process (rank 0), and
     distributed.rollout_workers rollout workers, all Replica actors loading the base from
-    `path` (readable on every node)."""
+    `path` (readable on every node); the workers sample with vLLM when `sampling` says how."""
 
-    def __init__(self, d: DistributedConfig, host: AdapterHost, path: str):
+    def __init__(self, d: DistributedConfig, host: AdapterHost, path: str,
+                 sampling: VLLMSampling | None = None):  # fmt: skip
         if d.trainer_sharding != "replicate":
             raise ConfigError(
                 "rlvr serve replicates LoRA adapters on every trainer rank; "
@@ -223,15 +225,15 @@ class Cluster:
         remote = ray.remote(Replica)
         options = {"num_cpus": d.worker_cpus, "num_gpus": d.worker_gpus}
 
-        def made(count: int, **extra) -> list:
+        def made(count: int, engine: VLLMSampling | None, **extra) -> list:
             return [
-                remote.options(**options, **extra).remote(host.name, path, d.torch_threads)
+                remote.options(**options, **extra).remote(host.name, path, d.torch_threads, engine)
                 for _ in range(count)
             ]
 
         # a rank that dies loses its optimizer state; a worker holds nothing it cannot reload
-        ranks = made(peers, max_restarts=0)
-        workers = made(d.rollout_workers, max_restarts=d.max_restarts,
+        ranks = made(peers, None, max_restarts=0)
+        workers = made(d.rollout_workers, sampling, max_restarts=d.max_restarts,
                        max_task_retries=d.max_restarts)  # fmt: skip
         self.trainer = RankedTrainer(host, ranks, d.rollout_timeout) if ranks else host
         self.rollout = RolloutWorkers(workers, d.rollout_timeout)

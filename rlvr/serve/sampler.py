@@ -10,14 +10,34 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rlvr.config import VLLMSettings
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.engine import sample_seed
 from rlvr.serve.adapters import AdapterHost
 from rlvr.serve.wire import Datum
+
+
+@dataclass
+class VLLMSampling:
+    """rlvr serve --engine vllm: vLLM's settings, the LoRA rank it reserves room for, and its
+    seed; each process that samples builds its own engine from these."""
+
+    settings: VLLMSettings
+    max_lora_rank: int = 64
+    seed: int = 0
+
+    def engine(self, path: str, model, tokenizer):
+        """A VLLMEngine on the base at `path` (`model` is the same base, loaded for HF)."""
+        from rlvr.rollout.hf_engine import eos_ids
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(path, tokenizer, eos_ids(model, tokenizer), self.settings,
+                          seed=self.seed, lora_rank=self.max_lora_rank)  # fmt: skip
 
 
 class Sampler:

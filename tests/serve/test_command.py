@@ -44,7 +44,7 @@ def test_only_distributed_and_vllm_settings_are_taken_from_the_command_line():
         served_settings(["distributed.trainer_ranks=0"])
 
 
-def test_vllm_is_refused_on_ray_before_anything_starts(tmp_path):
-    distributed = served_settings(["distributed.backend=ray"]).distributed
-    with pytest.raises(ConfigError, match="vllm runs in one process only"):
-        build_service("tiny", tmp_path, distributed=distributed, engine="vllm")
+def test_an_unknown_engine_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError, match="the engines are hf and vllm"):
+        build_service("tiny", tmp_path / "state", engine="sglang")
+    assert not (tmp_path / "state").exists()

@@ -10,6 +10,7 @@ import torch
 
 from rlvr.config import VLLMSettings
 from rlvr.models import tiny
+from rlvr.serve import served_settings
 from rlvr.serve.adapters import AdapterHost
 from rlvr.serve.sampler import Sampler
 from rlvr.serve.wire import Datum
@@ -61,12 +62,17 @@ def scored_by_hf(host, adapter, prompt, tokens):
     importlib.util.find_spec("vllm") is None,
     reason="vLLM is not installed: scripts/vllm_cpu_tests.sh sets it up and runs this",
 )
-def test_vllm_samples_saved_adapters_as_the_hf_engine_does(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_vllm_samples_saved_adapters_as_the_hf_engine_does(tmp_path, backend):
+    """In this process, and on a Ray rollout worker (Ray started by the service itself)."""
     from .test_app import sequences, sft_step
 
     types = pytest.importorskip("tinker").types
     settings = VLLMSettings(enforce_eager=True, kv_cache_gib=1)
-    with running(tmp_path, engine="vllm", vllm=settings, max_lora_rank=8) as (url, service):
+    ray = ["distributed.rollout_workers=1", "distributed.worker_cpus=0.5"]
+    distributed = served_settings([f"distributed.backend={backend}", *ray]).distributed
+    with running(tmp_path, engine="vllm", vllm=settings, max_lora_rank=8,
+                 distributed=distributed) as (url, service):  # fmt: skip
         sc = client(url)
         training = sc.create_lora_training_client(base_model="tiny", rank=4).result()
         seqs = sequences(training.get_tokenizer())
